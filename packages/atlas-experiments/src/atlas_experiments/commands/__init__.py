@@ -1,0 +1,1 @@
+"""One module per `atlas` command group; each exposes `register(subparsers)`."""

@@ -1,0 +1,202 @@
+"""`MemoryConfig`: every setting of the unified memory op, each a typed field with a documented default.
+
+The op is the Miras/ATLAS family in one parametrisation (DESIGN.md section 2):
+
+    memory  f(x; W):  linear  W phi(x)
+                      mlp     r(x) + g(W1 s(W2 phi(x)))
+                      gated   r(x) + g(W1 (s(W2 phi(x)) * (W3 phi(x))))
+        r(x) = x when `residual` (the raw, finite input: phi(x) may be wider than the output),
+        g = LayerNorm (affine weights are outer-loop parameters) when `memory_norm`, else identity.
+    bias    l2: 1/2 ||f - v||^2     dot: -<f, v>
+    window  L_t(W) = sum_{i=t-c+1..t} gamma_i l(f(k_i; W), v_i)     (c = "global": all i <= t)
+    update  gd:       W_t = alpha_t W_{t-1} - eta_t grad L_t(W_{t-1})
+            momentum: S_t = theta_t S_{t-1} + eta_t grad L_t(W_{t-1});  W_t = alpha_t W_{t-1} - S_t
+            muon:     S_t = theta_t S_{t-1} + grad L_t(W_{t-1});        W_t = alpha_t W_{t-1} - eta_t NS_k(S_t)
+    output  y_t = f(q_t; W_t)            (retrieve after the update)
+
+Chunk size b: inside a chunk every gradient is taken at the chunk-start weights; b = 1 is the exact
+recurrence. Combinations that are not defined are rejected here (see `_INVALID`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+MemoryKind = Literal["linear", "mlp", "gated_mlp"]
+BiasKind = Literal["l2", "dot"]
+OptimizerKind = Literal["gd", "momentum", "muon"]
+FeatureKind = Literal["identity", "poly", "exp"]
+ActivationKind = Literal["gelu", "silu"]
+
+MEMORY_KINDS = ("linear", "mlp", "gated_mlp")
+BIAS_KINDS = ("l2", "dot")
+OPTIMIZER_KINDS = ("gd", "momentum", "muon")
+FEATURE_KINDS = ("identity", "poly", "exp")
+ACTIVATIONS = ("gelu", "silu")
+
+# Muon's quintic Newton-Schulz coefficients (Keller Jordan); they do not converge to exactly 1,
+# singular values of the result land in roughly [0.68, 1.13] (tested band: see newton_schulz).
+DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
+
+
+class MemoryConfigError(ValueError):
+    """An invalid memory setting; the message names the field."""
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Settings of the memory op. Every field the paper leaves open has the default of the digest, section 6.
+
+    Attributes:
+        memory: memory architecture, "linear" | "mlp" | "gated_mlp".
+        expansion: hidden width of the MLP memories as a multiple of the value head dim (paper: 4).
+        activation: inner nonlinearity s of the MLP memories, "gelu" (paper, App. E) | "silu".
+        memory_norm: LayerNorm on the MLP residual branch, x + LN(W1 s(W2 x)) (Miras / App. E);
+            not applicable to (and ignored for) linear memory.
+        residual: residual connection r(x) = x of the MLP memories (needs key dim == value dim);
+            ignored for linear memory, which has no branch.
+        bias: attentional bias, "l2" (Omega / delta rule) | "dot" (Hebbian).
+        window: Omega window c >= 1 (1 = online rule), or "global" (every past token stays in the objective).
+        optimizer: inner optimizer, "gd" | "momentum" | "muon".
+        ns_steps: Newton-Schulz steps k of Muon (paper: 5).
+        ns_coeffs: quintic Newton-Schulz coefficients (a, b, c).
+        ns_eps: added to the Frobenius norm before Newton-Schulz pre-normalisation.
+        feature_map: phi on keys and queries, "identity" | "poly" | "exp" (the phi* kernel, dual form).
+        poly_degree: degree p of the polynomial map (symmetric monomials, dimension C(d + p, p)).
+        exp_init_keys: number P of learned keys that span the initial first-layer weight of the exp
+            memories, W_0 phi*(x) = sum_p w_p exp(m_p . x); 0 means W_0 = 0 on that layer.
+        exp_taylor_degree: truncation degree of phi* in the *naive* oracle only (explicit Taylor features;
+            the truncation error is below 1/(n+1)! for l2-normalised inputs).
+        decay_first: gated-delta ordering, W_t = alpha_t W_{t-1} - eta_t grad L_t(alpha_t W_{t-1})
+            (flash-linear-attention's gated delta rule). Defined for linear memory only.
+        chunk_size: chunk size b of the chunkwise-parallel op (Miras/TNT use 16 or 64).
+        gate_eps: alpha and theta are clamped to at least this value before the log of the cumulative
+            products of the chunk op (a product of gates below it is treated as zero).
+        norm_eps: epsilon of the memory LayerNorm.
+    """
+
+    memory: MemoryKind = "mlp"
+    expansion: int = 4
+    activation: ActivationKind = "gelu"
+    memory_norm: bool = True
+    residual: bool = True
+    bias: BiasKind = "l2"
+    window: int | Literal["global"] = 1
+    optimizer: OptimizerKind = "gd"
+    ns_steps: int = 5
+    ns_coeffs: tuple[float, float, float] = DEFAULT_NS_COEFFS
+    ns_eps: float = 1e-7
+    feature_map: FeatureKind = "identity"
+    poly_degree: int = 2
+    exp_init_keys: int = 0
+    exp_taylor_degree: int = 12
+    decay_first: bool = False
+    chunk_size: int = 16
+    gate_eps: float = 1e-12
+    norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        _check_choice("memory", self.memory, MEMORY_KINDS)
+        _check_choice("bias", self.bias, BIAS_KINDS)
+        _check_choice("optimizer", self.optimizer, OPTIMIZER_KINDS)
+        _check_choice("feature_map", self.feature_map, FEATURE_KINDS)
+        _check_choice("activation", self.activation, ACTIVATIONS)
+        _check_int("expansion", self.expansion, 1)
+        _check_int("ns_steps", self.ns_steps, 0)
+        _check_int("poly_degree", self.poly_degree, 1)
+        _check_int("exp_init_keys", self.exp_init_keys, 0)
+        _check_int("exp_taylor_degree", self.exp_taylor_degree, 1)
+        _check_int("chunk_size", self.chunk_size, 1)
+        if self.window != "global":
+            _check_int("window", self.window, 1)
+        if not (isinstance(self.ns_coeffs, tuple | list) and len(self.ns_coeffs) == 3):
+            raise MemoryConfigError(f"ns_coeffs: expected three floats (a, b, c), got {self.ns_coeffs!r}")
+        object.__setattr__(self, "ns_coeffs", tuple(float(x) for x in self.ns_coeffs))
+        for name in ("ns_eps", "gate_eps", "norm_eps"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise MemoryConfigError(f"{name}: expected a positive float, got {value!r}")
+        for predicate, message in _INVALID:
+            if predicate(self):
+                raise MemoryConfigError(message)
+
+    @property
+    def is_global(self) -> bool:
+        return self.window == "global"
+
+    @property
+    def uses_momentum(self) -> bool:
+        return self.optimizer in ("momentum", "muon")
+
+    @property
+    def weight_names(self) -> tuple[str, ...]:
+        """Inner (fast) weights of the memory, in the order the op reports them."""
+        return {"linear": ("W",), "mlp": ("W1", "W2"), "gated_mlp": ("W1", "W2", "W3")}[self.memory]
+
+    @property
+    def feature_input_weights(self) -> tuple[str, ...]:
+        """The weights that act on phi(x) (the first layer); for exp features they live in dual form."""
+        return {"linear": ("W",), "mlp": ("W2",), "gated_mlp": ("W2", "W3")}[self.memory]
+
+    def feature_dim(self, key_dim: int) -> int:
+        """Width of phi(x) for keys of width `key_dim` (exp: infinite, returns -1)."""
+        if self.feature_map == "identity":
+            return key_dim
+        if self.feature_map == "poly":
+            return math.comb(key_dim + self.poly_degree, self.poly_degree)
+        return -1
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ns_coeffs"] = list(self.ns_coeffs)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MemoryConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise MemoryConfigError(f"unknown MemoryConfig key(s): {', '.join(unknown)}")
+        values = dict(data)
+        if "ns_coeffs" in values:
+            values["ns_coeffs"] = tuple(values["ns_coeffs"])
+        return cls(**values)
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise MemoryConfigError(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise MemoryConfigError(f"{name}: expected an int >= {minimum}, got {value!r}")
+
+
+# (predicate, message) pairs for combinations the op does not define.
+_INVALID = (
+    (
+        lambda c: c.optimizer == "muon" and c.feature_map == "exp",
+        "optimizer: muon cannot act on the infinite-dimensional first-layer weight of feature_map=exp "
+        "(Newton-Schulz needs the explicit matrix)",
+    ),
+    (
+        lambda c: c.optimizer == "momentum" and c.feature_map == "exp",
+        "optimizer: momentum with feature_map=exp is not defined by the paper (DeepTransformers, SWDT and Dot "
+        "use gd); use optimizer=gd",
+    ),
+    (
+        lambda c: c.decay_first and c.memory != "linear",
+        "decay_first: the gated-delta ordering is defined for memory=linear only",
+    ),
+    (
+        lambda c: c.decay_first and c.optimizer != "gd",
+        "decay_first: the gated-delta ordering is defined for optimizer=gd only",
+    ),
+    (
+        lambda c: c.decay_first and c.feature_map == "exp",
+        "decay_first: not defined for feature_map=exp",
+    ),
+)

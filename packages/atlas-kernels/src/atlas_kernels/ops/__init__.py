@@ -1,0 +1,1 @@
+"""Ops of atlas-kernels, one folder each: naive reference, chunkwise PyTorch, Triton."""

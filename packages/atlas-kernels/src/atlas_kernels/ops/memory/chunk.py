@@ -1,0 +1,268 @@
+"""The chunkwise-parallel memory op (PyTorch), CHUNKWISE.md made code.
+
+Per chunk of L <= b tokens, with start state (W_0, S_0, halo):
+1. forward the memory at W_0 over the window tokens (halo + chunk) and write every inner gradient in closed
+   form as outer products u_w = e_w z_w^T per layer (e: backpropagated signal, z: layer input);
+2. build the coefficients C[j, w] (banded window x gamma gates, decay and momentum cumulative products);
+3. retrieve every y_j = f(q_j; W_j) without per-token weights through the dual form
+   W_j x = A_j W_0 x - P_j S_0 x - sum_w C[j, w] e_w (z_w . x), layer by layer (gd, momentum);
+   Muon materialises S_j and NS_k(S_j) for the L tokens of this chunk only (memory O(L |W|) per head);
+4. form the end state densely (one GEMM per layer) and carry the last c - 1 window tokens as the halo.
+Sequences that are not a multiple of b end with a short chunk. The outer backward is autograd's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from atlas_kernels.config import MemoryConfig
+from atlas_kernels.ops.features import poly_kernel
+from atlas_kernels.ops.memory.coefficients import (
+    chunk_decays,
+    momentum_end_coefficients,
+    update_coefficients,
+    window_gates,
+)
+from atlas_kernels.ops.memory.functional import activation, explicit_features, memory_forward
+from atlas_kernels.ops.memory.inputs import OpInputs, prepare_inputs
+from atlas_kernels.ops.memory.params import initial_state
+from atlas_kernels.ops.memory.state import MemoryState, pending_inputs, resume_inputs
+from atlas_kernels.ops.newton_schulz import newton_schulz
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def memory_chunk_torch(q, k, v, gates, params, cfg: MemoryConfig, state: MemoryState | None = None):
+    """Chunkwise-parallel memory op in PyTorch. Arguments and returns as `atlas_kernels.memory_chunk`."""
+    q, k, v, gates, state, n_pending = resume_inputs(q, k, v, gates, state)
+    x = prepare_inputs(q, k, v, gates, params, cfg)
+    out_dtype = x.k.dtype
+    if out_dtype in _LOW_PRECISION:  # accumulate in float32, return in the input precision
+        x = OpInputs(**{name: getattr(x, name).float() for name in OpInputs.__dataclass_fields__})
+        params = {n: p.float() for n, p in params.items()}
+    B, H, T, Dk, Dv = x.shape
+    if state is None:
+        state = initial_state(params, cfg, x.k, Dv, dual_exp=True)
+    elif state.explicit_exp:
+        raise ValueError("state: an explicit-Taylor exp state (from memory_naive) cannot seed the chunk op")
+    else:
+        state = _cast_state(state, x.k.dtype)
+    outputs, chunk_start = [], state
+    for start in range(0, T, cfg.chunk_size):
+        stop = min(start + cfg.chunk_size, T)
+        chunk_start = state
+        y, state = _chunk_step(x, start, stop, state, params, cfg)
+        outputs.append(y)
+    o = torch.cat(outputs, dim=2) if outputs else x.v.new_zeros(B, H, 0, Dv)
+    tail = T % cfg.chunk_size
+    if tail:
+        state.resume, state.pending = chunk_start, pending_inputs(x, T - tail)
+    return o[:, :, n_pending:].transpose(1, 2).to(out_dtype), state
+
+
+def _cast_state(state: MemoryState, dtype: torch.dtype) -> MemoryState:
+    if state.halo_k.dtype == dtype:
+        return state
+    cast = {n: t.to(dtype) for n, t in state.weights.items()}
+    mom = None if state.momentum is None else {n: t.to(dtype) for n, t in state.momentum.items()}
+    keys = None if state.kernel_keys is None else state.kernel_keys.to(dtype)
+    return MemoryState(cast, mom, state.halo_k.to(dtype), state.halo_v.to(dtype), state.halo_gamma.to(dtype), keys)
+
+
+def _kernel(scores: torch.Tensor, params: dict[str, torch.Tensor], cfg: MemoryConfig) -> torch.Tensor:
+    """phi(x) . phi(y) from x . y: identity, sum_i a_i s^i, or exp(s)."""
+    if cfg.feature_map == "identity":
+        return scores
+    if cfg.feature_map == "poly":
+        return poly_kernel(scores, params["feature_coeffs"])
+    return torch.exp(scores)
+
+
+def _apply_start(name, x_raw, feats, state: MemoryState, cfg: MemoryConfig) -> torch.Tensor:
+    """W_0[name] applied to layer inputs [B, H, N, in] -> [B, H, N, out] (dual form for exp first layers)."""
+    w = state.weights[name]
+    if cfg.feature_map == "exp" and name in cfg.feature_input_weights:
+        return torch.exp(x_raw @ state.kernel_keys.mT) @ w
+    return feats @ w.mT
+
+
+def _activation_grad(a: torch.Tensor, cfg: MemoryConfig) -> torch.Tensor:
+    if cfg.activation == "gelu":
+        return 0.5 * (1.0 + torch.erf(a / math.sqrt(2.0))) + a * torch.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)
+    s = torch.sigmoid(a)
+    return s * (1.0 + a * (1.0 - s))
+
+
+def _layer_norm_with_grad(b, e, params, cfg):
+    """LN(b) with per-head affine weights, and the backprop of a signal e through it (both [B, H, N, Dv])."""
+    mu = b.mean(-1, keepdim=True)
+    centred = b - mu
+    inv_sd = torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + cfg.norm_eps)
+    y = centred * inv_sd
+    w = params["ln_weight"][:, None, :]
+    out = y * w + params["ln_bias"][:, None, :]
+    if e is None:
+        return out, None
+    dy = e * w
+    db = inv_sd * (dy - dy.mean(-1, keepdim=True) - y * (dy * y).mean(-1, keepdim=True))
+    return out, db
+
+
+def _bias_signal(f0: torch.Tensor, v: torch.Tensor, cfg: MemoryConfig) -> torch.Tensor:
+    """dl/df at W_0: l2 -> f - v, dot -> -v."""
+    return f0 - v if cfg.bias == "l2" else -v
+
+
+def _gradient_factors(wk, fk, wv, state, params, cfg):
+    """Closed-form inner gradients at W_0 over the window tokens.
+
+    Returns ({name: (signal [B, H, W, out], layer input [B, H, W, in] or None for a dual first layer)}, f0).
+    """
+    if cfg.memory == "linear":
+        f0 = _apply_start("W", wk, fk, state, cfg)
+        return {"W": (_bias_signal(f0, wv, cfg), fk)}, f0
+    a0 = _apply_start("W2", wk, fk, state, cfg)
+    hs = activation(a0, cfg)
+    gate = _apply_start("W3", wk, fk, state, cfg) if cfg.memory == "gated_mlp" else None
+    h0 = hs * gate if gate is not None else hs
+    b0 = h0 @ state.weights["W1"].mT
+    if cfg.memory_norm:
+        branch, _ = _layer_norm_with_grad(b0, None, params, cfg)
+    else:
+        branch = b0
+    f0 = wk + branch if cfg.residual else branch
+    e = _bias_signal(f0, wv, cfg)
+    eb = _layer_norm_with_grad(b0, e, params, cfg)[1] if cfg.memory_norm else e
+    dh = eb @ state.weights["W1"]
+    ds = dh * _activation_grad(a0, cfg)
+    factors = {"W1": (eb, h0), "W2": (ds * gate if gate is not None else ds, fk)}
+    if gate is not None:
+        factors["W3"] = (dh * hs, fk)
+    return factors, f0
+
+
+def _chunk_step(x: OpInputs, start: int, stop: int, state: MemoryState, params, cfg: MemoryConfig):
+    qc, kc, vc = x.q[:, :, start:stop], x.k[:, :, start:stop], x.v[:, :, start:stop]
+    alpha, eta, theta = x.alpha[:, :, start:stop], x.eta[:, :, start:stop], x.theta[:, :, start:stop]
+    L, h = stop - start, state.halo_k.shape[2]
+    wk = torch.cat([state.halo_k, kc], dim=2)
+    wv = torch.cat([state.halo_v, vc], dim=2)
+    wg = torch.cat([state.halo_gamma, x.gamma[:, :, start:stop]], dim=2)
+    exp = cfg.feature_map == "exp"
+    fk = None if exp else explicit_features(wk, params, cfg)
+    fq = None if exp else explicit_features(qc, params, cfg)
+
+    G = window_gates(wg, L, h, cfg)
+    d = chunk_decays(alpha, theta, cfg)
+    factors, f0 = _gradient_factors(wk, fk, wv, state, params, cfg)
+    if cfg.optimizer == "muon":
+        y, weights, momentum = _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg)
+    elif cfg.decay_first and cfg.bias == "l2":
+        y, weights = _decay_first_chunk(qc, wk, fk, fq, wv, f0, d, eta, G, state, params, cfg)
+        momentum = None
+    else:
+        y, weights, momentum = _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg)
+    keep = wk.shape[2] if cfg.is_global else cfg.window - 1
+    cut = wk.shape[2] - keep
+    kernel_keys = None
+    if exp:
+        kernel_keys = torch.cat([state.kernel_keys, kc], dim=2)
+    new_state = MemoryState(
+        weights=weights,
+        momentum=momentum,
+        halo_k=wk[:, :, cut:],
+        halo_v=wv[:, :, cut:],
+        halo_gamma=wg[:, :, cut:],
+        kernel_keys=kernel_keys,
+    )
+    return y, new_state
+
+
+def _dual_layer(name, x_raw, feats, kmat, C, d, factors, state, cfg):
+    """W_j x_j = A_j W_0 x_j - P_j S_0 x_j - sum_w C[j, w] e_w (z_w . x_j) for every chunk token j."""
+    out = d.A.unsqueeze(-1) * _apply_start(name, x_raw, feats, state, cfg)
+    if cfg.optimizer == "momentum":
+        out = out - d.P.unsqueeze(-1) * (feats @ state.momentum[name].mT)
+    return out - (C * kmat) @ factors[name][0]
+
+
+def _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg):
+    C = update_coefficients(d, eta, G, cfg)
+    kern = _kernel(qc @ wk.mT, params, cfg)
+    if cfg.memory == "linear":
+        y = _dual_layer("W", qc, fq, kern, C, d, factors, state, cfg)
+    else:
+        a = _dual_layer("W2", qc, fq, kern, C, d, factors, state, cfg)
+        hs = activation(a, cfg)
+        h = hs * _dual_layer("W3", qc, fq, kern, C, d, factors, state, cfg) if cfg.memory == "gated_mlp" else hs
+        b = _dual_layer("W1", h, h, h @ factors["W1"][1].mT, C, d, factors, state, cfg)
+        if cfg.memory_norm:
+            b, _ = _layer_norm_with_grad(b, None, params, cfg)
+        y = qc + b if cfg.residual else b
+
+    last = C[..., -1, :]
+    A_L = d.A[..., -1, None, None]
+    weights, momentum = {}, None
+    if cfg.optimizer == "momentum":
+        r = momentum_end_coefficients(d, eta, G)
+        Th_L, P_L = d.Th[..., -1, None, None], d.P[..., -1, None, None]
+        momentum = {}
+    for name, (signal, z) in factors.items():
+        if z is None:
+            weights[name] = _dual_end_coefficients(state, name, signal, last, A_L)
+            continue
+        weights[name] = A_L * state.weights[name] - torch.einsum("bhw,bhwo,bhwi->bhoi", last, signal, z)
+        if momentum is not None:
+            weights[name] = weights[name] - P_L * state.momentum[name]
+            momentum[name] = Th_L * state.momentum[name] + torch.einsum("bhw,bhwo,bhwi->bhoi", r, signal, z)
+    return y, weights, momentum
+
+
+def _dual_end_coefficients(state, name, signal, last, A_L):
+    """End-of-chunk dual coefficients of an exp first layer: decay the old ones, add -C[L, w] e_w per token.
+
+    Halo tokens already own the last h entries of `kernel_keys` (padding entries get a zero coefficient,
+    since their gamma is 0); the chunk's tokens are appended.
+    """
+    coef = A_L * state.weights[name]
+    contrib = -last.unsqueeze(-1) * signal
+    h = state.halo_k.shape[2]
+    n_tail = min(h, coef.shape[2])
+    if n_tail > 0:
+        tail = coef[:, :, coef.shape[2] - n_tail :] + contrib[:, :, h - n_tail : h]
+        coef = torch.cat([coef[:, :, : coef.shape[2] - n_tail], tail], dim=2)
+    return torch.cat([coef, contrib[:, :, h:]], dim=2)
+
+
+def _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg):
+    """Muon: S_j for every chunk token, NS_k batched over (B, H, L), then per-token weights and retrieval."""
+    LThG = d.LTh @ G
+    decay_eta = d.LA * eta.unsqueeze(-2)  # [j, m] -> A_j / A_m * eta_m
+    per_token, momentum = {}, {}
+    for name, (signal, z) in factors.items():
+        S = d.Th[..., None, None] * state.momentum[name].unsqueeze(2)
+        S = S + torch.einsum("bhjw,bhwo,bhwi->bhjoi", LThG, signal, z)
+        O = newton_schulz(S, cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps)
+        W = d.A[..., None, None] * state.weights[name].unsqueeze(2)
+        per_token[name] = W - torch.einsum("bhjm,bhmoi->bhjoi", decay_eta, O)
+        momentum[name] = S[:, :, -1]
+    y = memory_forward(qc, fq, per_token, params, cfg)
+    return y, {n: w[:, :, -1] for n, w in per_token.items()}, momentum
+
+
+def _decay_first_chunk(qc, wk, fk, fq, wv, f0, d, eta, G, state, params, cfg):
+    """Linear memory, l2 bias, gated-delta ordering: token n's gradient is taken at A_n W_0.
+
+    u_w^(n) = (A_n W_0 k_w - v_w) k_w^T splits into two coefficient matrices:
+    C1 = LA diag(eta A) G on W_0 k_w and C2 = LA diag(eta) G on v_w.
+    """
+    C1 = d.LA @ ((eta * d.A).unsqueeze(-1) * G)
+    C2 = d.LA @ (eta.unsqueeze(-1) * G)
+    kern = _kernel(qc @ wk.mT, params, cfg)
+    y = d.A.unsqueeze(-1) * (fq @ state.weights["W"].mT) - (C1 * kern) @ f0 + (C2 * kern) @ wv
+    signal_last = C1[..., -1, :, None] * f0 - C2[..., -1, :, None] * wv
+    W = d.A[..., -1, None, None] * state.weights["W"] - signal_last.mT @ fk
+    return y, {"W": W}

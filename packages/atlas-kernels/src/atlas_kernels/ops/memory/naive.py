@@ -1,0 +1,110 @@
+"""The token-by-token recurrence of the memory op: the oracle every fast path is tested against.
+
+It follows DESIGN.md section 2 literally: at every token t the window objective
+L_t(W) = sum_{i=t-c+1..t} gamma_i l(f(phi(k_i); W), v_i) is differentiated with autograd at the base
+weights, the optimizer updates the weights, and y_t = f(phi(q_t); W_t) is read after the update.
+`create_graph=True` keeps the whole recurrence differentiable, so outer-loop gradients reach q, k, v,
+every gate, the feature coefficients, the LayerNorm and the initial weights. It is slow by design.
+
+Two semantics:
+- `memory_naive`: base weights W_{t-1} (the exact recurrence, chunk size 1);
+- `memory_naive_chunked`: base weights W_{t'} of the current chunk start t' (cfg.chunk_size), the
+  semantics the chunkwise-parallel op computes in closed form. Chunks are counted from the segment start.
+With decay_first (gated-delta ordering) the base weights are decayed first: alpha_t W_{t-1}, resp.
+(alpha_{t'+1} ... alpha_t) W_{t'}.
+With feature_map="exp" the oracle uses explicit truncated-Taylor features of phi* (degree
+cfg.exp_taylor_degree): keep the key dim small (<= 4) and compare at ~1e-8; its state holds explicit
+matrices (`explicit_exp`) and cannot be handed to the chunk op.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from atlas_kernels.config import MemoryConfig
+from atlas_kernels.ops.memory.functional import bias_loss, explicit_features, memory_forward
+from atlas_kernels.ops.memory.inputs import prepare_inputs
+from atlas_kernels.ops.memory.params import initial_state
+from atlas_kernels.ops.memory.state import MemoryState, pending_inputs, resume_inputs
+from atlas_kernels.ops.newton_schulz import newton_schulz
+
+
+def memory_naive(q, k, v, gates, params, cfg: MemoryConfig, state: MemoryState | None = None):
+    """Exact token recurrence. Arguments and returns as `atlas_kernels.memory_chunk`."""
+    return _recurrence(q, k, v, gates, params, cfg, state, chunk_size=1)
+
+
+def memory_naive_chunked(q, k, v, gates, params, cfg: MemoryConfig, state: MemoryState | None = None):
+    """Token loop with every inner gradient taken at the chunk-start weights (chunk size cfg.chunk_size)."""
+    return _recurrence(q, k, v, gates, params, cfg, state, chunk_size=cfg.chunk_size)
+
+
+def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
+    q, k, v, gates, state, n_pending = resume_inputs(q, k, v, gates, state)
+    x = prepare_inputs(q, k, v, gates, params, cfg)
+    B, H, T, Dk, Dv = x.shape
+    if state is None:
+        state = initial_state(params, cfg, x.k, Dv, dual_exp=False)
+    elif cfg.feature_map == "exp" and not state.explicit_exp:
+        raise ValueError("state: the naive oracle needs an explicit-Taylor exp state (from memory_naive)")
+    W = dict(state.weights)
+    S = None if state.momentum is None else dict(state.momentum)
+    win_k, win_v, win_g = state.halo_k, state.halo_v, state.halo_gamma
+    keep = None if cfg.is_global else cfg.window - 1
+    outputs = []
+    with torch.enable_grad():
+        for t in range(T):
+            alpha = x.alpha[:, :, t, None, None]
+            win_k = torch.cat([win_k, x.k[:, :, t : t + 1]], dim=2)
+            win_v = torch.cat([win_v, x.v[:, :, t : t + 1]], dim=2)
+            win_g = torch.cat([win_g, x.gamma[:, :, t : t + 1]], dim=2)
+            if t % chunk_size == 0:
+                base, decay = W, 1.0
+                chunk_start = MemoryState(W, S, win_k[:, :, :-1], win_v[:, :, :-1], win_g[:, :, :-1])
+            if cfg.decay_first:
+                decay = decay * alpha
+                grads = _window_grads(win_k, win_v, win_g, {n: decay * w for n, w in base.items()}, params, cfg)
+            else:
+                grads = _window_grads(win_k, win_v, win_g, base, params, cfg)
+            eta = x.eta[:, :, t, None, None]
+            if cfg.optimizer == "gd":
+                W = {n: alpha * W[n] - eta * grads[n] for n in W}
+            else:
+                theta = x.theta[:, :, t, None, None]
+                if cfg.optimizer == "momentum":
+                    S = {n: theta * S[n] + eta * grads[n] for n in W}
+                    W = {n: alpha * W[n] - S[n] for n in W}
+                else:
+                    S = {n: theta * S[n] + grads[n] for n in W}
+                    W = {
+                        n: alpha * W[n] - eta * newton_schulz(S[n], cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps)
+                        for n in W
+                    }
+            if keep is not None:
+                start = win_k.shape[2] - keep
+                win_k, win_v, win_g = win_k[:, :, start:], win_v[:, :, start:], win_g[:, :, start:]
+            qt = x.q[:, :, t : t + 1]
+            outputs.append(memory_forward(qt, explicit_features(qt, params, cfg), W, params, cfg))
+    o = torch.cat(outputs, dim=2) if outputs else x.v.new_zeros(B, H, 0, Dv)
+    final = MemoryState(
+        weights=W,
+        momentum=S,
+        halo_k=win_k,
+        halo_v=win_v,
+        halo_gamma=win_g,
+        explicit_exp=cfg.feature_map == "exp",
+    )
+    if T % chunk_size:
+        chunk_start.explicit_exp = final.explicit_exp
+        final.resume, final.pending = chunk_start, pending_inputs(x, T - T % chunk_size)
+    return o[:, :, n_pending:].transpose(1, 2), final
+
+
+def _window_grads(win_k, win_v, win_g, weights, params, cfg):
+    """grad_W sum_i gamma_i l(f(phi(k_i); W), v_i), per batch element and head (weights [B, H, o, i])."""
+    leaves = {n: w if w.requires_grad else w.detach().requires_grad_(True) for n, w in weights.items()}
+    f = memory_forward(win_k, explicit_features(win_k, params, cfg), leaves, params, cfg)
+    loss = (win_g * bias_loss(f, win_v, cfg)).sum()
+    names = list(leaves)
+    grads = torch.autograd.grad(loss, [leaves[n] for n in names], create_graph=True, allow_unused=True)
+    return {n: (g if g is not None else torch.zeros_like(leaves[n])) for n, g in zip(names, grads)}
