@@ -68,7 +68,9 @@ def memory_step(
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            raise ValueError(f"{name}: expected [B, H, D] for one decoding step, got {getattr(t, 'shape', t)}")
+            raise ValueError(
+                f"{name}: expected [B, H, D] for one decoding step, got {getattr(t, 'shape', t)}"
+            )
     step_gates = {n: g.unsqueeze(1) for n, g in gates.items() if g is not None}
     o, state = memory_chunk(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), step_gates, params, cfg, state)
     return o.squeeze(1), state

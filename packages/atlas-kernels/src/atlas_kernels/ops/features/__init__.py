@@ -4,8 +4,8 @@ from atlas_kernels.ops.features.poly import (
     exp_taylor_coeffs,
     poly_feature_dim,
     poly_features,
-    poly_kernel,
     poly_init_coeffs,
+    poly_kernel,
 )
 
 __all__ = ["exp_taylor_coeffs", "poly_feature_dim", "poly_features", "poly_init_coeffs", "poly_kernel"]

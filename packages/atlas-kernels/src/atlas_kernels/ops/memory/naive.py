@@ -63,7 +63,9 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
                 chunk_start = MemoryState(W, S, win_k[:, :, :-1], win_v[:, :, :-1], win_g[:, :, :-1])
             if cfg.decay_first:
                 decay = decay * alpha
-                grads = _window_grads(win_k, win_v, win_g, {n: decay * w for n, w in base.items()}, params, cfg)
+                grads = _window_grads(
+                    win_k, win_v, win_g, {n: decay * w for n, w in base.items()}, params, cfg
+                )
             else:
                 grads = _window_grads(win_k, win_v, win_g, base, params, cfg)
             eta = x.eta[:, :, t, None, None]
