@@ -1,0 +1,280 @@
+"""MLflow tracking: the only module of the project that imports mlflow.
+
+Design for parallel jobs on one machine (shared/docs/ENVIRONMENT.md): the embedded default tracks into a local
+SQLite database, which is not safe for concurrent writers (locked database, racing schema migrations and
+experiment creation). Every MLflow call against a `sqlite:` URI therefore runs under an exclusive cross-process
+file lock (`<db>.lock`, fcntl), and metrics are buffered and written in batches. Against an HTTP tracking server
+no lock is needed. Tracking never stops training: if the store is unreachable the tracker warns, goes quiet, and
+the run directory (metrics.jsonl, config, artifacts) stays the source of truth; `atlas track sync` registers it
+later (`sync_run_dir`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import platform
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PACKAGES = ("atlas-kernels", "atlas-model", "atlas-data", "atlas-experiments", "torch", "transformers")
+_BAD_KEY_CHARS = re.compile(r"[^0-9A-Za-z_\-./ ]")
+TRACKING_FILE = "tracking.json"
+
+
+def sanitize_key(name: str) -> str:
+    """MLflow metric/param names: no commas or other characters outside [A-Za-z0-9_-./ ] (lm-eval's 'acc,none')."""
+    return _BAD_KEY_CHARS.sub("_", name)
+
+
+def default_uri(results_root: Path) -> str:
+    return f"sqlite:///{Path(results_root).resolve() / 'mlflow.db'}"
+
+
+def resolve_uri(configured: str | None, results_root: Path) -> str:
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(results_root)
+
+
+def flatten(d: Any, prefix: str = "") -> dict[str, str]:
+    """Nested config -> {'optim.lr': '0.0004', ...} (strings, as MLflow params are)."""
+    out: dict[str, str] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    else:
+        out[prefix[:-1]] = json.dumps(d) if isinstance(d, list | tuple) else str(d)
+    return out
+
+
+def config_sha256(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def git_state(cwd: Path | None = None) -> tuple[str, bool]:
+    """(commit, dirty) of the working tree, or ('unknown', False) outside git."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=10,
+            ).stdout.strip()
+        )
+        return commit, dirty
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", False
+
+
+def standard_tags(config: dict[str, Any], world_size: int = 1) -> dict[str, str]:
+    commit, dirty = git_state(Path(__file__).parent)
+    tags = {
+        "git.commit": commit,
+        "git.dirty": str(dirty).lower(),
+        "config.sha256": config_sha256(config),
+        "host": platform.node(),
+        "world_size": str(world_size),
+    }
+    for pkg in PACKAGES:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            tags[f"version.{pkg}"] = metadata.version(pkg)
+    return tags
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    if not uri.startswith("sqlite:"):
+        yield
+        return
+    db = Path(uri.split("///", 1)[-1])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class Tracker:
+    """No-op tracker (tracking disabled, or a non-zero rank)."""
+
+    run_id: str | None = None
+
+    def log_params(self, params: dict[str, Any]) -> None: ...
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
+
+    def set_tags(self, tags: dict[str, str]) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def end(self, status: str = "FINISHED") -> None: ...
+
+
+class MlflowTracker(Tracker):
+    """One MLflow run, driven through `MlflowClient` with an explicit run id (no global active run, so nothing
+    leaks to child processes through MLFLOW_RUN_ID)."""
+
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        run_name: str,
+        tags: dict[str, str] | None = None,
+        run_id: str | None = None,
+        artifact_root: Path | None = None,
+        flush_every_s: float = 10.0,
+    ) -> None:
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        # MLflow's defaults retry a dead server for minutes; a training job should find out fast and go on.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+        from mlflow.tracking import MlflowClient
+
+        self.uri = uri
+        self.flush_every_s = flush_every_s
+        self._buffer: list[Any] = []
+        self._last_flush = time.monotonic()
+        self.failed = False
+        with _store_lock(uri):
+            self.client = MlflowClient(tracking_uri=uri)
+            exp = self.client.get_experiment_by_name(experiment)
+            if exp is None:
+                location = None
+                if artifact_root is not None and uri.startswith("sqlite:"):
+                    location = (Path(artifact_root).resolve() / experiment).as_uri()
+                exp_id = self.client.create_experiment(experiment, artifact_location=location)
+            else:
+                exp_id = exp.experiment_id
+            if run_id is not None:
+                self.client.update_run(run_id, status="RUNNING")
+                self.run_id = run_id
+            else:
+                self.run_id = self.client.create_run(exp_id, run_name=run_name, tags=tags or {}).info.run_id
+
+    def _guard(self, what: str, fn, *args, **kwargs) -> None:
+        if self.failed:
+            return
+        try:
+            with _store_lock(self.uri):
+                fn(*args, **kwargs)
+        except Exception as exc:  # tracking must never stop training
+            self.failed = True
+            log.warning("MLflow %s failed (%s); tracking stops, metrics.jsonl keeps the record", what, exc)
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(sanitize_key(k), str(v)[:6000]) for k, v in sorted(params.items())]
+        for i in range(0, len(items), 100):
+            self._guard("log_params", self.client.log_batch, self.run_id, params=items[i : i + 100])
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self._guard("set_tags", self.client.log_batch, self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        for k, v in metrics.items():
+            if v is not None:
+                self._buffer.append(Metric(sanitize_key(k), float(v), now, int(step)))
+        if time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        while self._buffer:
+            chunk, self._buffer = self._buffer[:1000], self._buffer[1000:]
+            self._guard("log_metrics", self.client.log_batch, self.run_id, metrics=chunk)
+        self._last_flush = time.monotonic()
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        path = Path(path)
+        fn = self.client.log_artifacts if path.is_dir() else self.client.log_artifact
+        self._guard("log_artifact", fn, self.run_id, str(path), artifact_path)
+
+    def end(self, status: str = "FINISHED") -> None:
+        self.flush()
+        self._guard("end", self.client.set_terminated, self.run_id, status)
+
+
+def open_tracker(
+    enabled: bool,
+    uri: str,
+    experiment: str,
+    run_name: str,
+    run_dir: Path,
+    tags: dict[str, str],
+    resume: bool,
+) -> Tracker:
+    """Start (or, on resume, re-open) the run of `run_dir`; its id is kept in `run_dir/tracking.json`."""
+    if not enabled:
+        return Tracker()
+    record = Path(run_dir) / TRACKING_FILE
+    run_id = None
+    if resume and record.is_file():
+        saved = json.loads(record.read_text())
+        if saved.get("uri") == uri:
+            run_id = saved.get("run_id")
+    artifact_root = Path(uri.split("///", 1)[-1]).parent / "mlartifacts" if uri.startswith("sqlite:") else None
+    try:
+        tracker = MlflowTracker(uri, experiment, run_name, tags, run_id=run_id, artifact_root=artifact_root)
+    except Exception as exc:
+        log.warning("cannot open MLflow at %s (%s); training continues untracked (atlas track sync later)", uri, exc)
+        return Tracker()
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"uri": uri, "run_id": tracker.run_id, "experiment": experiment}))
+    os.replace(tmp, record)
+    return tracker
+
+
+def sync_run_dir(run_dir: Path, uri: str, experiment: str | None = None, run_name: str | None = None) -> str:
+    """Register a finished run directory (config.json, metrics.jsonl, artifacts) as a new MLflow run."""
+    from atlas_experiments.train.metrics import read_metrics
+
+    run_dir = Path(run_dir)
+    config_path = run_dir / "config.json"
+    metrics_path = run_dir / "metrics.jsonl"
+    for p in (config_path, metrics_path):
+        if not p.is_file():
+            raise FileNotFoundError(f"cannot sync {run_dir}: missing {p.name}")
+    config = json.loads(config_path.read_text())
+    experiment = experiment or config.get("tracking", {}).get("experiment", "pretrain")
+    tracker = MlflowTracker(
+        uri,
+        experiment,
+        run_name or config.get("tracking", {}).get("run_name") or run_dir.name,
+        {**standard_tags(config), "synced_from": str(run_dir.resolve())},
+        artifact_root=Path(uri.split("///", 1)[-1]).parent / "mlartifacts" if uri.startswith("sqlite:") else None,
+    )
+    tracker.log_params(flatten(config))
+    for record in read_metrics(metrics_path):
+        step = record.get("step", 0)
+        tracker.log_metrics({k: v for k, v in record.items() if isinstance(v, int | float) and k != "step"}, step)
+    for name in ("config.json", "loss_curve.png", "train.log"):
+        if (run_dir / name).is_file():
+            tracker.log_artifact(run_dir / name)
+    tracker.end("FINISHED")
+    return tracker.run_id

@@ -1,0 +1,63 @@
+"""Fixtures for the CLI tests: a small prepared dataset and a fast training config."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+WORDS = (
+    "the river runs past a stone mill where seven millers grind barley wheat and rye while children count "
+    "boats carrying salt north toward cold harbours under grey rain and bright sun"
+).split()
+
+
+@pytest.fixture(scope="session")
+def prepared_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """160 pseudo-sentence documents, BPE vocab 300, prepared once per session (read-only for tests)."""
+    from atlas_data import DataConfig, ShardConfig, SourceConfig, SplitConfig, TokenizerConfig, prepare
+
+    root = tmp_path_factory.mktemp("train-data")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    rng = random.Random(0)
+    for i in range(160):
+        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 80)))
+        (corpus / f"{i:04d}.txt").write_text(f"doc {i}: {words}.", encoding="utf-8")
+    cfg = DataConfig(
+        source=SourceConfig(kind="local", paths=(str(corpus / "*.txt"),)),
+        tokenizer=TokenizerConfig(vocab_size=300, min_frequency=1),
+        split=SplitConfig(validation_fraction=0.1),
+        shards=ShardConfig(shard_tokens=2048),
+        seed=0,
+        workers=1,
+    )
+    prepare(cfg, root / "data", progress=False)
+    return root / "data"
+
+
+@pytest.fixture
+def train_dict():
+    """`make(data_dir, **overrides)`: a fast TrainConfig mapping."""
+    return make_train_dict
+
+
+def make_train_dict(data: Path, **over) -> dict:
+    """A fast TrainConfig mapping: tiny Transformer++, seq 32, 2 micro-batches of 4 per step."""
+    base = {
+        "model": {"preset": "transformer_pp", "size": "tiny"},
+        "data": {"path": str(data), "seq_len": 32},
+        "global_batch_tokens": 256,
+        "micro_batch": 4,
+        "steps": 8,
+        "seed": 3,
+        "optim": {"lr": 3e-3, "warmup_steps": 2},
+        "tracking": {"enabled": False},
+    }
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return base

@@ -1,0 +1,37 @@
+"""atlas-model: ATLAS (Behrouz et al., arXiv 2505.23735), its baselines and hybrids as Hugging Face causal LMs.
+
+Importing the package registers `AtlasConfig` ("atlas_lm") with `AutoConfig`, `AutoModel` and
+`AutoModelForCausalLM`, so saved models load with the Auto classes (and lm-eval's `hf` backend).
+
+Public API:
+    AtlasConfig, AtlasConfigError, AtlasConfig.from_preset(name, size="tiny", **overrides)
+    PRESETS (model names), SIZES (size names), PAPER_SIZES, PRESET_TABLE, SIZE_TABLE
+    AtlasModel, AtlasForCausalLM, AtlasPreTrainedModel, AtlasCache
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from atlas_model.cache import AtlasCache
+from atlas_model.config import AtlasConfig, AtlasConfigError
+from atlas_model.modeling import AtlasForCausalLM, AtlasModel, AtlasPreTrainedModel
+from atlas_model.presets import PAPER_SIZES, PRESET_TABLE, PRESETS, SIZE_TABLE, SIZES
+
+__version__ = "0.1.0"
+
+AutoConfig.register(AtlasConfig.model_type, AtlasConfig, exist_ok=True)
+AutoModel.register(AtlasConfig, AtlasModel, exist_ok=True)
+AutoModelForCausalLM.register(AtlasConfig, AtlasForCausalLM, exist_ok=True)
+
+__all__ = [
+    "PAPER_SIZES",
+    "PRESETS",
+    "PRESET_TABLE",
+    "SIZES",
+    "SIZE_TABLE",
+    "AtlasCache",
+    "AtlasConfig",
+    "AtlasConfigError",
+    "AtlasForCausalLM",
+    "AtlasModel",
+    "AtlasPreTrainedModel",
+]

@@ -1,0 +1,127 @@
+"""The memory token mixer: projections, short convs, gates, the atlas-kernels memory op, normalised gated output.
+
+Per head h (digest section 2.15):
+
+    q, k, v = SiLU(ShortConv(x W_{q,k,v}))            causal depthwise conv of width 4
+    q, k    = q / ||q||, k / ||k||
+    alpha   = sigmoid(.), eta = eta_max sigmoid(.), theta = sigmoid(.), gamma = sigmoid(.)   low-rank, per head
+    o       = memory_chunk(q, k, v, gates, W_0, ...)   the inner loop (atlas-kernels)
+    y       = W_o (RMSNorm(o) * SiLU(x W_g))
+
+Padding (attention_mask = 0) leaves the memory untouched: a padded token gets alpha = theta = 1 and
+eta = gamma = 0 (no decay, no momentum decay, no gradient in any window), and its conv inputs are zeroed.
+"""
+
+import torch
+import torch.nn.functional as F
+from atlas_kernels import MemoryState, memory_chunk
+from torch import nn
+
+from atlas_model.config import AtlasConfig
+from atlas_model.layers.context import StepContext
+from atlas_model.layers.conv import ShortConvolution
+from atlas_model.layers.gates import LowRankGates
+from atlas_model.layers.memory_params import MemoryParameters
+
+
+class MemoryLayer(nn.Module):
+    """One memory layer of `config.memory_heads` heads; `store` entries: conv_q/k/v, state (MemoryState)."""
+
+    def __init__(self, config: AtlasConfig) -> None:
+        super().__init__()
+        self.mem_cfg = config.memory_config()
+        self.num_heads, self.head_dim = config.memory_heads, config.memory_head_dim
+        d, width = config.hidden_size, config.memory_heads * config.memory_head_dim
+        self.eta_max = config.eta_max
+        self.backend = config.memory_backend
+
+        self.q_proj = nn.Linear(d, width, bias=False)
+        self.k_proj = nn.Linear(d, width, bias=False)
+        self.v_proj = nn.Linear(d, width, bias=False)
+        self.convs = (
+            nn.ModuleDict({n: ShortConvolution(width, config.conv_size) for n in ("q", "k", "v")})
+            if config.use_short_conv
+            else None
+        )
+        initial = {"eta": config.eta_init}
+        if config.use_alpha_gate:
+            initial["alpha"] = config.alpha_init
+        if self.mem_cfg.uses_momentum:
+            initial["theta"] = config.theta_init
+        if config.use_gamma_gate and (self.mem_cfg.is_global or self.mem_cfg.window > 1):
+            initial["gamma"] = config.gamma_init
+        self.gates = LowRankGates(d, config.gate_rank, self.num_heads, initial)
+        self.memory = MemoryParameters(
+            self.mem_cfg, self.num_heads, self.head_dim, config.memory_init, config.memory_init_scale
+        )
+        self.o_norm = nn.RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.g_proj = nn.Linear(d, width, bias=False) if config.use_output_gate else None
+        self.o_proj = nn.Linear(width, d, bias=False)
+
+    def forward(self, x: torch.Tensor, ctx: StepContext, store: dict | None = None) -> torch.Tensor:
+        """x [B, T, d] -> [B, T, d]. `store` (the layer's cache entry, or None) carries conv and memory state."""
+        q, k, v = self.project(x, ctx, store)
+        state = None if store is None else store.get("state")
+        gates, params = self.gate_values(x, ctx.valid), self.memory(v)
+        o, state = memory_chunk(q, k, v, gates, params, self.mem_cfg, state, backend=self.backend)
+        if store is not None:
+            store["state"] = state
+        return self.output(o, x)
+
+    def project(
+        self, x: torch.Tensor, ctx: StepContext, store: dict | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [B, T, d] -> q, k (unit norm per head), v, each [B, T, H, dh]."""
+        B, T, _ = x.shape
+        out = []
+        for name, proj in (("q", self.q_proj), ("k", self.k_proj), ("v", self.v_proj)):
+            z = proj(x)
+            if ctx.valid is not None:
+                z = z * ctx.valid[..., None].to(z.dtype)
+            if self.convs is None:
+                z = F.silu(z)
+            else:
+                z, conv_state = self.convs[name](z, None if store is None else store.get(f"conv_{name}"))
+                if store is not None:
+                    store[f"conv_{name}"] = conv_state
+            out.append(z.view(B, T, self.num_heads, self.head_dim))
+        q, k, v = out
+        return F.normalize(q, dim=-1), F.normalize(k, dim=-1), v
+
+    def gate_values(self, x: torch.Tensor, valid: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Gates [B, T, H] of the op: alpha in (0, 1), eta in (0, eta_max), theta in (0, 1), gamma in (0, 1)."""
+        logits = self.gates(x)
+        gates = {name: torch.sigmoid(z) for name, z in logits.items()}
+        gates["eta"] = self.eta_max * gates["eta"]
+        if valid is None:
+            return gates
+        keep = valid[..., None].expand_as(gates["eta"])  # [B, T, H]
+        one, zero = torch.ones_like(gates["eta"]), torch.zeros_like(gates["eta"])
+        gates["alpha"] = torch.where(keep, gates.get("alpha", one), one)
+        gates["eta"] = torch.where(keep, gates["eta"], zero)
+        gates["gamma"] = torch.where(keep, gates.get("gamma", one), zero)
+        if "theta" in gates:
+            gates["theta"] = torch.where(keep, gates["theta"], one)
+        return gates
+
+    def retrieve(self, q: torch.Tensor, state: MemoryState | None) -> torch.Tensor:
+        """Read the memory at `state` without writing: q [B, T, H, dh] (unit norm) -> o [B, T, H, dh].
+
+        Runs the op with the gates of a padded token (no decay, no step, no gradient), so each output is
+        f(q_t; W) with W the memory at `state` (chunk semantics included); the new state is discarded.
+        """
+        B, T, H, _ = q.shape
+        one, zero = q.new_ones(B, T, H), q.new_zeros(B, T, H)
+        gates = {"alpha": one, "eta": zero, "gamma": zero}
+        if self.mem_cfg.uses_momentum:
+            gates["theta"] = one
+        o, _ = memory_chunk(q, q, torch.zeros_like(q), gates, self.memory(q), self.mem_cfg, state, backend=self.backend)
+        return o
+
+    def output(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Memory read-out o [B, T, H, dh] -> W_o (RMSNorm(o) * SiLU(x W_g)) [B, T, d]."""
+        B, T = o.shape[:2]
+        o = self.o_norm(o).reshape(B, T, self.num_heads * self.head_dim)
+        if self.g_proj is not None:
+            o = o * F.silu(self.g_proj(x))
+        return self.o_proj(o)

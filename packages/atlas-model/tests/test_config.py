@@ -1,0 +1,144 @@
+"""Presets, sizes and validation of AtlasConfig."""
+
+import pytest
+from atlas_kernels import MemoryConfig
+from atlas_model import PAPER_SIZES, PRESETS, SIZES, AtlasConfig, AtlasConfigError
+from transformers import AutoConfig
+
+C = 4  # the Omega window c of the tiny size
+
+# preset -> (mixer, memory, bias, window, optimizer, feature map, extra MemoryConfig / AtlasConfig fields)
+EXPECTED = {
+    "atlas": ("memory", "mlp", "l2", C, "muon", "poly", {}),
+    "atlas_pp": ("memory", "gated_mlp", "l2", C, "muon", "poly", {}),
+    "omeganet": ("memory", "mlp", "l2", C, "gd", "poly", {}),
+    "dla": ("memory", "mlp", "dot", 1, "gd", "poly", {}),
+    "swla": ("memory", "linear", "dot", C, "gd", "poly", {"memory_init": "zero"}),
+    "deep_transformer": ("memory", "mlp", "dot", 1, "gd", "exp", {"exp_init_keys": 16}),
+    "swdt": ("memory", "mlp", "dot", C, "gd", "exp", {"exp_init_keys": 16}),
+    "dot": ("memory", "mlp", "l2", C, "gd", "exp", {"exp_init_keys": 16}),
+    "titans_lmm": ("memory", "mlp", "l2", 1, "momentum", "identity", {}),
+    "deltanet": (
+        "memory",
+        "linear",
+        "l2",
+        1,
+        "gd",
+        "identity",
+        {"use_alpha_gate": False, "memory_init": "zero", "chunk_size": 1},
+    ),
+    "gated_deltanet": (
+        "memory",
+        "linear",
+        "l2",
+        1,
+        "gd",
+        "identity",
+        {"decay_first": True, "use_alpha_gate": True, "chunk_size": 1},
+    ),
+    "linear_attention": ("memory", "linear", "dot", 1, "gd", "identity", {"use_alpha_gate": True}),
+    "atlas_mag": ("mag", "mlp", "l2", C, "muon", "poly", {}),
+    "atlas_mal": ("mal", "mlp", "l2", C, "muon", "poly", {}),
+    "atlas_mac": ("mac", "mlp", "l2", C, "muon", "poly", {"mac_persistent_tokens": 0}),
+}
+
+
+def test_every_model_of_the_paper_has_a_preset():
+    assert set(PRESETS) == set(EXPECTED) | {"transformer_pp", "swa"}
+    assert SIZES == ("tiny", "small", "170M", "340M", "760M", "1.3B")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_preset_memory_settings(name):
+    mixer, memory, bias, window, optimizer, phi, extra = EXPECTED[name]
+    cfg = AtlasConfig.from_preset(name)
+    mem = cfg.memory_config()
+    assert isinstance(mem, MemoryConfig)
+    assert (cfg.mixer, mem.memory, mem.bias, mem.window, mem.optimizer, mem.feature_map) == (
+        mixer,
+        memory,
+        bias,
+        window,
+        optimizer,
+        phi,
+    )
+    for key, value in extra.items():
+        assert getattr(mem, key, None) == value or getattr(cfg, key) == value, key
+    if phi == "poly":
+        assert mem.poly_degree == 2
+
+
+@pytest.mark.parametrize("name", ["transformer_pp", "swa"])
+def test_attention_presets_have_no_memory(name):
+    cfg = AtlasConfig.from_preset(name)
+    assert cfg.mixer == {"transformer_pp": "attention", "swa": "swa"}[name]
+    assert cfg.memory is None
+    with pytest.raises(AtlasConfigError, match="memory"):
+        cfg.memory_config()
+
+
+@pytest.mark.parametrize(
+    ("size", "layers", "width", "heads"),
+    [("170M", 12, 768, 16), ("340M", 24, 1024, 16), ("760M", 24, 1536, 16), ("1.3B", 18, 2048, 8)],
+)
+def test_paper_sizes_follow_table_7(size, layers, width, heads):
+    cfg = AtlasConfig.from_preset("atlas", size)
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads) == (layers, width, heads)
+    assert cfg.vocab_size == 32000 and cfg.sliding_window == 2048
+    assert cfg.memory_head_dim <= 64
+    assert cfg.memory_config().window == 8 and cfg.memory_config().chunk_size == 16
+    assert size in PAPER_SIZES
+
+
+def test_class_defaults_are_the_tiny_atlas_preset():
+    default, preset = AtlasConfig(), AtlasConfig.from_preset("atlas", "tiny")
+    assert default.to_dict() == preset.to_dict()
+
+
+def test_overrides_replace_fields_and_merge_memory():
+    cfg = AtlasConfig.from_preset("atlas", "tiny", memory={"window": 7, "ns_steps": 3}, eta_max=0.1)
+    mem = cfg.memory_config()
+    assert (mem.window, mem.ns_steps, mem.optimizer, cfg.eta_max) == (7, 3, "muon", 0.1)
+
+
+def test_config_round_trips_through_json(tmp_path):
+    cfg = AtlasConfig.from_preset("dot", "tiny", memory={"window": "global"})
+    cfg.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(loaded, AtlasConfig)
+    assert loaded.to_diff_dict() == cfg.to_diff_dict()
+    assert loaded.memory_config() == cfg.memory_config()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"name": "atlass"}, "preset"),
+        ({"size": "7B"}, "size"),
+        ({"num_attention_heads": 3}, "num_attention_heads"),
+        ({"num_memory_heads": 5}, "num_memory_heads"),
+        ({"sliding_window": 0}, "sliding_window"),
+        ({"mac_segment_size": 0}, "mac_segment_size"),
+        ({"memory": {"window": 0}}, "memory: window"),
+        ({"memory": {"optimizer": "adam"}}, "memory: optimizer"),
+        ({"mixer": "rnn"}, "mixer"),
+        ({"memory_init": "zero"}, "memory_init"),
+        ({"alpha_init": 1.0}, "alpha_init"),
+        ({"eta_max": 0.0}, "eta_max"),
+        ({"conv_size": 0}, "conv_size"),
+        ({"memory_backend": "cuda"}, "memory_backend"),
+        ({"hiden_size": 64}, "overrides"),
+    ],
+)
+def test_bad_config_names_the_field(kwargs, field):
+    kwargs = dict(kwargs)
+    name, size = kwargs.pop("name", "atlas"), kwargs.pop("size", "tiny")
+    with pytest.raises(AtlasConfigError, match=f"^{field}"):
+        AtlasConfig.from_preset(name, size, **kwargs)
+
+
+def test_bad_config_is_rejected_by_the_constructor_too():
+    with pytest.raises(AtlasConfigError, match="^num_attention_heads"):
+        AtlasConfig(hidden_size=64, num_attention_heads=6)
+    with pytest.raises(AtlasConfigError, match="^memory"):
+        AtlasConfig(mixer="memory", memory=None)
