@@ -25,7 +25,7 @@ EXPECTED = {
         1,
         "gd",
         "identity",
-        {"use_alpha_gate": False, "memory_init": "zero", "chunk_size": 1},
+        {"use_alpha_gate": False, "memory_init": "zero", "exact_delta": True},
     ),
     "gated_deltanet": (
         "memory",
@@ -34,7 +34,7 @@ EXPECTED = {
         1,
         "gd",
         "identity",
-        {"decay_first": True, "use_alpha_gate": True, "chunk_size": 1},
+        {"decay_first": True, "use_alpha_gate": True, "exact_delta": True},
     ),
     "linear_attention": ("memory", "linear", "dot", 1, "gd", "identity", {"use_alpha_gate": True}),
     "atlas_mag": ("mag", "mlp", "l2", C, "muon", "poly", {}),

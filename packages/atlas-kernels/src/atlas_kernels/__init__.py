@@ -1,7 +1,7 @@
 """atlas-kernels: the memory op behind every recurrent model of ATLAS (DESIGN.md section 2).
 
 Public API (layout [B, T, H, D]; see `memory_chunk` for every name and shape):
-    MemoryConfig, MemoryState, memory_chunk, memory_naive, memory_naive_chunked, memory_step,
+    MemoryConfig, MemoryState, memory_chunk, memory_naive, memory_naive_chunked, memory_step, memory_read,
     init_memory_params, initial_state, newton_schulz, poly_features, poly_kernel.
 """
 
@@ -10,6 +10,7 @@ from atlas_kernels.config import MemoryConfig, MemoryConfigError
 from atlas_kernels.ops.features import poly_feature_dim, poly_features, poly_init_coeffs, poly_kernel
 from atlas_kernels.ops.memory import (
     MemoryState,
+    memory_read,
     init_memory_params,
     initial_state,
     memory_naive,
@@ -28,6 +29,7 @@ __all__ = [
     "memory_chunk",
     "memory_naive",
     "memory_naive_chunked",
+    "memory_read",
     "memory_step",
     "newton_schulz",
     "poly_feature_dim",

@@ -71,6 +71,9 @@ class MemoryConfig:
             the truncation error is below 1/(n+1)! for l2-normalised inputs).
         decay_first: gated-delta ordering, W_t = alpha_t W_{t-1} - eta_t grad L_t(alpha_t W_{t-1})
             (flash-linear-attention's gated delta rule). Defined for linear memory only.
+        exact_delta: compute the exact token recurrence chunkwise (WY/UT form, as flash-linear-attention's
+            chunk_delta_rule) instead of the chunk-start approximation. Defined for the online delta rule only:
+            memory=linear, bias=l2, window=1, optimizer=gd, feature_map identity or poly.
         chunk_size: chunk size b of the chunkwise-parallel op (Miras/TNT use 16 or 64).
         gate_eps: alpha and theta are clamped to at least this value before the log of the cumulative
             products of the chunk op (a product of gates below it is treated as zero).
@@ -93,6 +96,7 @@ class MemoryConfig:
     exp_init_keys: int = 0
     exp_taylor_degree: int = 12
     decay_first: bool = False
+    exact_delta: bool = False
     chunk_size: int = 16
     gate_eps: float = 1e-12
     norm_eps: float = 1e-5
@@ -198,5 +202,17 @@ _INVALID = (
     (
         lambda c: c.decay_first and c.feature_map == "exp",
         "decay_first: not defined for feature_map=exp",
+    ),
+    (
+        lambda c: c.exact_delta
+        and not (
+            c.memory == "linear"
+            and c.bias == "l2"
+            and c.window == 1
+            and c.optimizer == "gd"
+            and c.feature_map != "exp"
+        ),
+        "exact_delta: the exact chunkwise form exists for the online delta rule only (memory=linear, bias=l2, "
+        "window=1, optimizer=gd, feature_map identity or poly)",
     ),
 )

@@ -13,8 +13,9 @@ Readings this package implements (the paper leaves them open):
   the deep memory does not start from W2 = 0, where its branch output and every inner gradient but one vanish.
 - The linear memories (DeltaNet, Gated DeltaNet, linear attention, SWLA) start from W_0 = 0 like
   flash-linear-attention's kernels; the deep memories learn W_0.
-- DeltaNet and Gated DeltaNet use chunk size 1, the exact recurrence of their papers (see `_DELTA`); every other
-  memory takes the size's chunk size b and the paper's chunkwise semantics (gradients at the chunk start).
+- DeltaNet and Gated DeltaNet compute the exact recurrence of their papers with the exact chunkwise delta rule
+  (`exact_delta`, see `_DELTA`); every other memory takes the paper's chunkwise semantics (gradients at the
+  chunk start). All take the size's chunk size b.
 """
 
 from collections.abc import Mapping
@@ -64,11 +65,12 @@ class Size:
 
 _ATLAS = {"memory": "mlp", "bias": "l2", "optimizer": "muon", "feature_map": "poly", "poly_degree": 2}
 _EXP_KEYS = 16
-# DeltaNet and Gated DeltaNet are the exact token recurrence (chunk size 1), as flash-linear-attention computes
-# them: with b > 1 every gradient of a chunk is taken at its start, and b tokens with (nearly) equal keys then
-# take one step of size sum_i eta_i ~ b / 2 along that key, which overshoots (|1 - b eta| > 1) and diverges
-# (a repeated token drives W to ~1e13 in 256 tokens at b = 16).
-_DELTA = {"memory": "linear", "bias": "l2", "optimizer": "gd", "chunk_size": 1}
+# DeltaNet and Gated DeltaNet are the exact token recurrence, as flash-linear-attention computes them: with the
+# chunk-start semantics every gradient of a chunk is taken at its start, and b tokens with (nearly) equal keys
+# take one step of size sum_i eta_i ~ b / 2 along that key, which overshoots (|1 - b eta| > 1) and diverges (a
+# repeated token drives W to ~1e13 in 256 tokens at b = 16). `exact_delta` computes the exact recurrence
+# chunkwise (WY/UT form), so they keep the size's chunk size.
+_DELTA = {"memory": "linear", "bias": "l2", "optimizer": "gd", "exact_delta": True}
 
 _PRESETS: dict[str, Preset] = {
     "atlas": Preset("memory", _ATLAS, omega=True, reference="Atlas, Sec. 5 (Eqs. 32-33, App. D.4)"),

@@ -14,7 +14,7 @@ eta = gamma = 0 (no decay, no momentum decay, no gradient in any window), and it
 
 import torch
 import torch.nn.functional as F
-from atlas_kernels import MemoryState, memory_chunk
+from atlas_kernels import MemoryState, memory_chunk, memory_read
 from torch import nn
 
 from atlas_model.config import AtlasConfig
@@ -107,16 +107,10 @@ class MemoryLayer(nn.Module):
     def retrieve(self, q: torch.Tensor, state: MemoryState | None) -> torch.Tensor:
         """Read the memory at `state` without writing: q [B, T, H, dh] (unit norm) -> o [B, T, H, dh].
 
-        Runs the op with the gates of a padded token (no decay, no step, no gradient), so each output is
-        f(q_t; W) with W the memory at `state` (chunk semantics included); the new state is discarded.
+        Each output is f(q_t; W) with W the memory's weights after the state's last token (`memory_read`: no
+        gradient step, no Newton-Schulz).
         """
-        B, T, H, _ = q.shape
-        one, zero = q.new_ones(B, T, H), q.new_zeros(B, T, H)
-        gates = {"alpha": one, "eta": zero, "gamma": zero}
-        if self.mem_cfg.uses_momentum:
-            gates["theta"] = one
-        o, _ = memory_chunk(q, q, torch.zeros_like(q), gates, self.memory(q), self.mem_cfg, state, backend=self.backend)
-        return o
+        return memory_read(q, self.memory(q), self.mem_cfg, state)
 
     def output(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Memory read-out o [B, T, H, dh] -> W_o (RMSNorm(o) * SiLU(x W_g)) [B, T, d]."""

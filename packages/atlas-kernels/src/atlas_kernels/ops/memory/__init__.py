@@ -3,6 +3,7 @@
 from atlas_kernels.ops.memory.chunk import memory_chunk_torch
 from atlas_kernels.ops.memory.naive import memory_naive, memory_naive_chunked
 from atlas_kernels.ops.memory.params import init_memory_params, initial_state
+from atlas_kernels.ops.memory.read import memory_read
 from atlas_kernels.ops.memory.state import MemoryState
 
 __all__ = [
@@ -12,4 +13,5 @@ __all__ = [
     "memory_chunk_torch",
     "memory_naive",
     "memory_naive_chunked",
+    "memory_read",
 ]

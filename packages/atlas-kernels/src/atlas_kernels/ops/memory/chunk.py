@@ -25,6 +25,7 @@ from atlas_kernels.ops.memory.coefficients import (
     update_coefficients,
     window_gates,
 )
+from atlas_kernels.ops.memory.delta import delta_chunk_step
 from atlas_kernels.ops.memory.functional import activation, explicit_features, memory_forward
 from atlas_kernels.ops.memory.inputs import OpInputs, prepare_inputs
 from atlas_kernels.ops.memory.params import initial_state
@@ -160,6 +161,12 @@ def _chunk_step(x: OpInputs, start: int, stop: int, state: MemoryState, params, 
 
     G = window_gates(wg, L, h, cfg)
     d = chunk_decays(alpha, theta, cfg)
+    if cfg.exact_delta:
+        beta = eta * x.gamma[:, :, start:stop]
+        kernel = lambda s: _kernel(s, params, cfg)  # noqa: E731
+        y, W = delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk[:, :, h:], kernel, state, cfg)
+        return y, MemoryState(weights={"W": W}, momentum=None, halo_k=wk[:, :, wk.shape[2] :],
+                              halo_v=wv[:, :, wv.shape[2] :], halo_gamma=wg[:, :, wg.shape[2] :])  # fmt: skip
     factors, f0 = _gradient_factors(wk, fk, wv, state, params, cfg)
     if cfg.optimizer == "muon":
         y, weights, momentum = _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg)
