@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from atlas_data import ConfigError, DataConfig, SourceConfig, TokenizerConfig
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from atlas_data import Manifest, load_manifest
 from atlas_data.loader import TokenWindowLoader
 

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from atlas_data import (
     MANIFEST_FILE,
     ManifestError,

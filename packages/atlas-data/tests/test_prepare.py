@@ -9,9 +9,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import atlas_data.shards
 import numpy as np
 import pytest
+
+import atlas_data.shards
 from atlas_data import (
     MANIFEST_FILE,
     DataConfig,
@@ -159,8 +160,9 @@ def test_empty_or_missing_corpus_fails_before_any_manifest(
 def test_max_tokens_caps_the_corpus(
     tmp_path: Path, texts: list[str], write_txt: Callable[[list[str]], str], config_for: Callable[..., DataConfig]
 ) -> None:
-    from atlas_data.tokenizer import train_bpe
     from transformers import PreTrainedTokenizerFast
+
+    from atlas_data.tokenizer import train_bpe
 
     local = tmp_path / "tok"
     PreTrainedTokenizerFast(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from atlas_data import (
     CorpusFormatError,
     EmptyCorpusError,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from atlas_data import (
     ConfigError,
     DataConfig,
@@ -91,8 +92,9 @@ def test_bpe_never_sees_validation_documents(
 def test_pretrained_tokenizer_from_a_local_directory(
     tmp_path: Path, texts: list[str], write_txt: Callable[[list[str]], str], config_for: Callable[..., DataConfig]
 ) -> None:
-    from atlas_data.tokenizer import train_bpe
     from transformers import PreTrainedTokenizerFast
+
+    from atlas_data.tokenizer import train_bpe
 
     local = tmp_path / "my-tokenizer"
     bpe = train_bpe(TokenizerConfig(vocab_size=350, min_frequency=1, special_tokens=("<s>", "</s>")), texts)
@@ -110,8 +112,9 @@ def test_pretrained_tokenizer_from_a_local_directory(
 
 
 def test_pretrained_tokenizer_without_eos_needs_eos_token(tmp_path: Path, texts: list[str]) -> None:
-    from atlas_data.tokenizer import train_bpe
     from transformers import PreTrainedTokenizerFast
+
+    from atlas_data.tokenizer import train_bpe
 
     local = tmp_path / "no-eos"
     PreTrainedTokenizerFast(tokenizer_object=train_bpe(TokenizerConfig(vocab_size=300), texts)).save_pretrained(local)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from atlas_experiments.cli import main
 from atlas_experiments.commands.data import read_data_config
 

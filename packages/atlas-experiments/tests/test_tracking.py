@@ -6,6 +6,7 @@ import sys
 import textwrap
 
 import pytest
+
 from atlas_experiments import tracking
 
 WRITER = textwrap.dedent(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+
 from atlas_experiments.train import TrainConfig, loop
 from atlas_experiments.train import checkpoint as ckpt
 from atlas_experiments.train.metrics import read_metrics

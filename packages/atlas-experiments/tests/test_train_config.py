@@ -1,4 +1,5 @@
 import pytest
+
 from atlas_experiments.schema import ConfigError
 from atlas_experiments.train import TrainConfig
 from atlas_experiments.train.optim import lr_at

@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+
 from atlas_kernels import poly_feature_dim, poly_features, poly_init_coeffs, poly_kernel
 
 

@@ -1,5 +1,6 @@
 import pytest
 import torch
+
 from atlas_kernels import MemoryConfig, MemoryConfigError, init_memory_params, memory_chunk
 from atlas_kernels.testing import random_inputs
 

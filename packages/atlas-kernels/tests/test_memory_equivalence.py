@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 import torch
+
 from atlas_kernels import init_memory_params, memory_chunk, memory_naive, memory_naive_chunked
 from atlas_kernels.testing import config_id, random_inputs, rel_err, valid_configs
 

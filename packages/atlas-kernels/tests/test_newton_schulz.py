@@ -1,5 +1,6 @@
 import pytest
 import torch
+
 from atlas_kernels import newton_schulz
 
 # The quintic (3.4445, -4.7750, 2.0315) does not converge to 1: after 5 steps, singular values that start

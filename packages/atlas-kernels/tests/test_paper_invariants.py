@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+
 from atlas_kernels import MemoryConfig, init_memory_params, memory_chunk
 from atlas_kernels.testing import random_inputs, rel_err
 

@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 import torch
+
 from atlas_kernels import memory_chunk, memory_naive_chunked, memory_step
 from atlas_kernels.testing import config_id, random_inputs, rel_err, valid_configs
 

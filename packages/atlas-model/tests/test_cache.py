@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from atlas_model import PRESETS, AtlasCache
 from atlas_model.cache import iter_tensors
 

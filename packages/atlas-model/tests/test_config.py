@@ -1,9 +1,10 @@
 """Presets, sizes and validation of AtlasConfig."""
 
 import pytest
+from transformers import AutoConfig
+
 from atlas_kernels import MemoryConfig
 from atlas_model import PAPER_SIZES, PRESETS, SIZES, AtlasConfig, AtlasConfigError
-from transformers import AutoConfig
 
 C = 4  # the Omega window c of the tiny size
 

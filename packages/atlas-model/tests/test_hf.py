@@ -2,8 +2,9 @@
 
 import pytest
 import torch
-from atlas_model import AtlasCache, AtlasConfig, AtlasForCausalLM, AtlasModel
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from atlas_model import AtlasCache, AtlasConfig, AtlasForCausalLM, AtlasModel
 
 VOCAB = 256
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+
 from atlas_model import AtlasConfig
 from atlas_model.layers import Attention, MemoryLayer, MemoryParameters, ShortConvolution, StepContext
 from atlas_model.layers.attention import KVWindow

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+
 from atlas_model import PRESETS
 
 VOCAB, BATCH, LENGTH = 64, 2, 16

@@ -177,12 +177,12 @@ class _Encoder:
 
     def __call__(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Returns tokens [sum(lengths)] of `dtype` and lengths [len(texts)] (int64)."""
-        encodings = self.tok.encode_batch(texts, add_special_tokens=False)
-        lengths = np.fromiter((len(e.ids) + 1 for e in encodings), dtype=np.int64, count=len(encodings))
+        ids = [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]  # .ids builds a new list
+        lengths = np.fromiter((len(i) + 1 for i in ids), dtype=np.int64, count=len(ids))
         out = np.empty(int(lengths.sum()), dtype=self.dtype)
         pos = 0
-        for enc, n in zip(encodings, lengths.tolist()):
-            out[pos : pos + n - 1] = enc.ids
+        for doc_ids, n in zip(ids, lengths.tolist()):
+            out[pos : pos + n - 1] = doc_ids
             out[pos + n - 1] = self.eos_id
             pos += n
         return out, lengths

@@ -10,11 +10,11 @@ from atlas_kernels.config import MemoryConfig, MemoryConfigError
 from atlas_kernels.ops.features import poly_feature_dim, poly_features, poly_init_coeffs, poly_kernel
 from atlas_kernels.ops.memory import (
     MemoryState,
-    memory_read,
     init_memory_params,
     initial_state,
     memory_naive,
     memory_naive_chunked,
+    memory_read,
 )
 from atlas_kernels.ops.newton_schulz import newton_schulz
 

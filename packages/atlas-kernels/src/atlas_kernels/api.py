@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 import torch
@@ -10,7 +11,58 @@ from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.chunk import memory_chunk_torch
 from atlas_kernels.ops.memory.state import MemoryState
 
-Backend = Literal["auto", "torch"]
+Backend = Literal["auto", "torch", "triton"]
+BACKENDS = ("auto", "torch", "triton")
+
+
+def triton_available() -> bool:
+    """True when the `triton` package imports (the optional dependency `atlas-kernels[triton]`)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def select_backend(q: torch.Tensor, cfg: MemoryConfig, backend: str = "auto") -> str:
+    """The backend `memory_chunk` runs: "torch" or "triton" (see `memory_chunk` for the rules).
+
+    Raises ValueError for an unknown backend, and for backend="triton" on a configuration the kernels do not
+    cover (the message names the unsupported field), without a triton install, or on CPU tensors without
+    TRITON_INTERPRET=1.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "torch":
+        return "torch"
+    if backend == "auto":
+        if not (isinstance(q, torch.Tensor) and q.is_cuda and isinstance(cfg, MemoryConfig)):
+            return "torch"
+        if q.dtype == torch.float64 or not triton_available():
+            return "torch"
+        from atlas_kernels.ops.memory.triton_linear import triton_unsupported
+
+        return "torch" if triton_unsupported(cfg, q) is not None else "triton"
+    if not isinstance(cfg, MemoryConfig):
+        raise ValueError(f"cfg: expected a MemoryConfig, got {type(cfg).__name__}")
+    if not triton_available():
+        raise ValueError("backend: 'triton' needs the triton package (pip install atlas-kernels[triton])")
+    from atlas_kernels.ops.memory.triton_linear import triton_unsupported
+
+    unsupported = triton_unsupported(cfg, q if isinstance(q, torch.Tensor) else None)
+    if unsupported is not None:
+        field, reason = unsupported
+        raise ValueError(f"{field}: not supported by backend='triton': {reason}; use backend='torch' or 'auto'")
+    if isinstance(q, torch.Tensor) and not q.is_cuda and not _interpreting():
+        raise ValueError(
+            f"backend: 'triton' needs CUDA tensors (got device {q.device}); on CPU set TRITON_INTERPRET=1 before "
+            "importing atlas_kernels' Triton modules (tests only: about 1000x slower), or use backend='torch'"
+        )
+    return "triton"
 
 
 def memory_chunk(
@@ -41,12 +93,24 @@ def memory_chunk(
         cfg: the MemoryConfig.
         state: the `MemoryState` returned by a previous call (segments chain exactly), or None to start
             from W_0, S_0 = 0 and an empty window.
-        backend: "auto" (the PyTorch chunk op; Triton kernels plug in here) or "torch".
+        backend: "auto" | "torch" | "triton".
+            "torch": the PyTorch chunk op (every configuration, every dtype and device).
+            "triton": the Triton kernels (`ops/memory/triton_linear.py`), which cover memory="linear",
+                feature_map="identity", optimizer "gd" or "momentum", bias l2 or dot, a finite window with
+                c - 1 <= 64, decay_first, chunk_size <= 128, Dk <= 256, float16/bfloat16/float32 (float64 too:
+                exact under the interpreter, for tests; not meant for GPUs).
+                Raises ValueError naming the field for anything else; needs CUDA tensors, or CPU tensors with
+                TRITON_INTERPRET=1 (set before the Triton modules are imported). Outputs, states and every
+                gradient match the torch op; states interoperate both ways (resume of pending tokens included).
+            "auto": "triton" for CUDA tensors in a configuration it covers (float64 excluded) when triton is
+                installed, "torch" otherwise.
     Returns:
         (o [B, T, H, Dv] in the dtype of v, the MemoryState after the last token).
     """
-    if backend not in ("auto", "torch"):
-        raise ValueError(f"backend: expected 'auto' or 'torch', got {backend!r}")
+    if select_backend(q, cfg, backend) == "triton":
+        from atlas_kernels.ops.memory.triton_linear import memory_chunk_triton
+
+        return memory_chunk_triton(q, k, v, gates, params, cfg, state)
     return memory_chunk_torch(q, k, v, gates, params, cfg, state)
 
 
@@ -58,19 +122,20 @@ def memory_step(
     params: dict[str, torch.Tensor],
     cfg: MemoryConfig,
     state: MemoryState | None = None,
+    backend: Backend = "auto",
 ) -> tuple[torch.Tensor, MemoryState]:
     """Decode one token: q, k [B, H, Dk], v [B, H, Dv], gates [B, H] -> (o [B, H, Dv], state).
 
     Equal to `memory_chunk` on a length-1 segment: with chunk size b > 1 the state keeps the current chunk's
     start weights and its tokens so far, so decoding reproduces the chunked forward exactly at O(b) work
     per token; memory stays constant in the sequence length (except exp features, whose dual-form first
-    layer grows like a KV cache).
+    layer grows like a KV cache). `backend` as in `memory_chunk`.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            raise ValueError(
-                f"{name}: expected [B, H, D] for one decoding step, got {getattr(t, 'shape', t)}"
-            )
+            raise ValueError(f"{name}: expected [B, H, D] for one decoding step, got {getattr(t, 'shape', t)}")
     step_gates = {n: g.unsqueeze(1) for n, g in gates.items() if g is not None}
-    o, state = memory_chunk(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), step_gates, params, cfg, state)
+    o, state = memory_chunk(
+        q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), step_gates, params, cfg, state, backend=backend
+    )
     return o.squeeze(1), state

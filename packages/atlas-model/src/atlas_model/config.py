@@ -18,9 +18,10 @@ import math
 from dataclasses import field, fields
 from typing import Any
 
-from atlas_kernels import MemoryConfig, MemoryConfigError
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
+
+from atlas_kernels import MemoryConfig, MemoryConfigError
 
 MIXERS = ("memory", "attention", "swa", "mag", "mal", "mac")
 MEMORY_MIXERS = ("memory", "mag", "mal", "mac")

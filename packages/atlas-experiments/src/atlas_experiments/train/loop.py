@@ -100,7 +100,6 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
     """Run (or resume) training into `out_dir`. resume: 'auto' (newest checkpoint if any) | 'never' | a path."""
     from atlas_data.loader import TokenWindowLoader
     from atlas_data.manifest import load_manifest
-
     from atlas_experiments import tracking
 
     out = Path(out_dir)

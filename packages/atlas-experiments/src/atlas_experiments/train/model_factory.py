@@ -12,8 +12,9 @@ from atlas_experiments.train.distributed import DistInfo
 
 def build_model(spec: ModelSpec, vocab_size: int) -> torch.nn.Module:
     """An `atlas_model` causal LM from a preset, its vocabulary taken from the data manifest."""
-    import atlas_model
     from transformers import AutoModelForCausalLM
+
+    import atlas_model
 
     overrides: dict[str, Any] = {"vocab_size": vocab_size, **spec.overrides}
     config = atlas_model.AtlasConfig.from_preset(spec.preset, size=spec.size, **overrides)

@@ -22,10 +22,10 @@ causal; here token t sees h_j only for j <= t, so prefill, chunked prefill and d
 
 import torch
 import torch.nn.functional as F
-from atlas_kernels import MemoryState
 from torch import nn
 from transformers import initialization as init
 
+from atlas_kernels import MemoryState
 from atlas_model.config import AtlasConfig
 from atlas_model.layers.attention import Attention, KVWindow, all_valid, attention_mask
 from atlas_model.layers.context import StepContext

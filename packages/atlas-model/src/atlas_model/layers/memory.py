@@ -14,9 +14,9 @@ eta = gamma = 0 (no decay, no momentum decay, no gradient in any window), and it
 
 import torch
 import torch.nn.functional as F
-from atlas_kernels import MemoryState, memory_chunk, memory_read
 from torch import nn
 
+from atlas_kernels import MemoryState, memory_chunk, memory_read
 from atlas_model.config import AtlasConfig
 from atlas_model.layers.context import StepContext
 from atlas_model.layers.conv import ShortConvolution

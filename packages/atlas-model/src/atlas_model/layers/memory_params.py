@@ -10,9 +10,10 @@
 
 import torch
 import torch.nn.functional as F
-from atlas_kernels import MemoryConfig, init_memory_params
 from torch import nn
 from transformers import initialization as init
+
+from atlas_kernels import MemoryConfig, init_memory_params
 
 # Parameters that stay per head even when W_0 is shared.
 _PER_HEAD = ("feature_coeffs", "ln_weight", "ln_bias")
