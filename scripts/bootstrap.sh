@@ -26,7 +26,7 @@ editables=()
 for pkg in packages/*/; do
   [ -f "$pkg/pyproject.toml" ] && editables+=(-e "$pkg")
 done
-echo "[bootstrap] installing ${#editables[@]} workspace packages (editable) + workflow tools"
+echo "[bootstrap] installing $((${#editables[@]} / 2)) workspace packages (editable) + workflow tools"
 "${pip[@]}" -r requirements-workflow.txt "${editables[@]}"
 n_torch=$("$VENV/bin/python" -m pip list 2>/dev/null | grep -cE '^torch ' || true)
 [ "$n_torch" = "1" ] || { echo "[bootstrap] expected exactly one torch, found $n_torch" >&2; exit 1; }

@@ -1,0 +1,80 @@
+"""The results file every `atlas eval` subcommand writes, and its MLflow record.
+
+A results JSON is written atomically and holds: the task, the model (checkpoint path or config), the metrics
+(flat name -> number; per-length/depth cells as `acc/len=1024/depth=0.5`), the protocol actually run, and the
+list of deviations from the paper's protocol (sizes, lengths, sweeps reduced for CPU). The same metrics go to
+MLflow (names sanitised) with the deviations as tags, in one run per evaluation under the experiment `eval`
+(or the caller's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class EvalResult:
+    task: str
+    model: str
+    metrics: dict[str, float]
+    protocol: dict[str, Any] = field(default_factory=dict)
+    deviations: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "model": self.model,
+            "metrics": self.metrics,
+            "protocol": self.protocol,
+            "deviations": self.deviations,
+            "details": self.details,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
+
+def write_result(result: EvalResult, path: str | Path) -> Path:
+    """Write the results JSON atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=False))
+    os.replace(tmp, path)
+    return path
+
+
+def track_result(
+    result: EvalResult,
+    *,
+    uri: str | None,
+    results_root: Path,
+    experiment: str = "eval",
+    run_name: str | None = None,
+    tags: dict[str, str] | None = None,
+    artifact: Path | None = None,
+) -> str | None:
+    """Log one evaluation as an MLflow run; returns its id (None when tracking is unreachable)."""
+    from atlas_experiments import tracking
+
+    uri = tracking.resolve_uri(uri, results_root)
+    all_tags = {
+        "task": result.task,
+        "model": result.model,
+        "deviations": "; ".join(result.deviations) or "none",
+        **{f"protocol.{k}": str(v) for k, v in tracking.flatten(result.protocol).items()},
+        **(tags or {}),
+    }
+    try:
+        tracker = tracking.MlflowTracker(uri, experiment, run_name or f"{result.task}:{Path(result.model).name}", all_tags)
+    except Exception:  # tracking never fails an evaluation; the JSON is the record
+        return None
+    tracker.log_metrics(result.metrics, step=0)
+    if artifact is not None and Path(artifact).is_file():
+        tracker.log_artifact(Path(artifact))
+    tracker.end("FINISHED")
+    return tracker.run_id

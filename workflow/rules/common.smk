@@ -1,0 +1,107 @@
+# Shared helpers: paths, the `atlas` command, run configs, ablation Paramspaces.
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+from snakemake.utils import Paramspace
+
+RESULTS = config["results"]
+ROOT = Path(workflow.current_basedir).resolve().parents[1]  # this file is workflow/rules/common.smk
+
+
+def atlas_cli():
+    """The `atlas` console script next to the running Python (a venv need not be activated), else PATH."""
+    candidate = Path(sys.executable).parent / "atlas"
+    return str(candidate) if candidate.exists() else (shutil.which("atlas") or "atlas")
+
+
+ATLAS = atlas_cli()
+
+
+def tracking_uri():
+    db = (ROOT / RESULTS / "mlflow.db").resolve()
+    return config["tracking"].get("uri") or f"sqlite:///{db}"
+
+
+def deep_merge(base, over):
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+# ---- ablations: one Paramspace per axis, each cell a memory-settings override of the base preset
+ABLATIONS = {
+    axis: Paramspace(pd.read_csv(ROOT / path, sep="\t"), filename_params="*", filename_sep="__")
+    for axis, path in config["ablations"]["tables"].items()
+}
+
+
+def _plain(value):
+    """pandas scalars -> JSON-native values (numpy ints/floats/bools)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def run_spec(study, run):
+    """(preset, overrides) of a pretraining run: a model of `models`, or a cell of an ablation table."""
+    if study == "pretrain":
+        spec = config["models"][run]
+        return spec["preset"], dict(spec.get("overrides", {}))
+    axis = study.removeprefix("ablation_")
+    cell = {k: _plain(v) for k, v in ABLATIONS[axis].instance(_wildcards_of(run)).items()}
+    base = config["ablations"]["base"]
+    return base["preset"], deep_merge(base.get("overrides", {}), {"memory": cell})
+
+
+def _wildcards_of(run):
+    """'optimizer~muon__ns_steps~3' -> {'optimizer': 'muon', 'ns_steps': '3'} (the Paramspace file pattern)."""
+    return dict(part.split("~", 1) for part in run.split("__"))
+
+
+def train_config(study, run):
+    """The resolved TrainConfig mapping of one run (passed to `atlas train` as JSON)."""
+    preset, overrides = run_spec(study, run)
+    cfg = deep_merge(
+        config["train"]["defaults"],
+        {
+            "model": {"preset": preset, "size": config["train"]["size"], "overrides": overrides},
+            "data": {"path": str(ROOT / RESULTS / "data" / config["train"]["data"])},
+            "tracking": {"enabled": True, "uri": tracking_uri(), "experiment": study, "run_name": run},
+        },
+    )
+    return cfg
+
+
+def run_dir(study, run):
+    return f"{RESULTS}/runs/{study}/{run}"
+
+
+def final_checkpoint(study, run):
+    return f"{run_dir(study, run)}/checkpoints/final/COMPLETE"
+
+
+def pretrain_targets():
+    return [final_checkpoint("pretrain", m) for m in config["models"]]
+
+
+def ablation_targets(axis):
+    return [final_checkpoint(f"ablation_{axis}", p) for p in ABLATIONS[axis].instance_patterns]
+
+
+def all_targets():
+    out = pretrain_targets()
+    for axis in ABLATIONS:
+        out += ablation_targets(axis)
+    return out
+
+
+wildcard_constraints:
+    study=r"pretrain|ablation_[a-z_]+",
+    run=r"[A-Za-z0-9_.~\-]+",
+    dataset=r"[A-Za-z0-9_\-]+",
