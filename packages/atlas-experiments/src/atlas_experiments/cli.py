@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from atlas_experiments import __version__
 from atlas_experiments.commands import data as data_commands
 from atlas_experiments.commands import eval as eval_commands
+from atlas_experiments.commands import report as report_commands
 from atlas_experiments.commands import track as track_commands
 from atlas_experiments.commands import train as train_commands
 
-COMMAND_GROUPS = (data_commands, train_commands, eval_commands, track_commands)
+COMMAND_GROUPS = (data_commands, train_commands, eval_commands, track_commands, report_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -278,3 +278,40 @@ def sync_run_dir(run_dir: Path, uri: str, experiment: str | None = None, run_nam
             tracker.log_artifact(run_dir / name)
     tracker.end("FINISHED")
     return tracker.run_id
+
+
+def load_runs(uri: str, experiments: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every run of the given experiments (all when None) as plain dicts: experiment, run_id, run_name, status,
+    params, tags, metrics (latest values), start_time. Used by reports, which must not import mlflow."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    from mlflow.tracking import MlflowClient
+
+    with _store_lock(uri):
+        client = MlflowClient(tracking_uri=uri)
+        exps = client.search_experiments()
+        wanted = [e for e in exps if experiments is None or e.name in experiments]
+        out = []
+        for exp in wanted:
+            for run in client.search_runs([exp.experiment_id], max_results=50_000):
+                out.append(
+                    {
+                        "experiment": exp.name,
+                        "run_id": run.info.run_id,
+                        "run_name": run.info.run_name,
+                        "status": run.info.status,
+                        "params": dict(run.data.params),
+                        "tags": dict(run.data.tags),
+                        "metrics": dict(run.data.metrics),
+                        "start_time": run.info.start_time,
+                    }
+                )
+    return out
+
+
+def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
+    """(step, value) pairs of one metric of one run, in step order."""
+    from mlflow.tracking import MlflowClient
+
+    with _store_lock(uri):
+        history = MlflowClient(tracking_uri=uri).get_metric_history(run_id, key)
+    return sorted((m.step, m.value) for m in history)
