@@ -14,9 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
-def _snakemake(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def _snakemake(*args: str, env: dict | None = None, results: Path | None = None) -> subprocess.CompletedProcess:
+    """Run snakemake from the repository root; outputs go to a fresh `results` dir, so the checkout's state never
+    changes what a dry run plans."""
+    where = []
+    if results is not None:
+        where = ["--config", f"results={results}/results", f"report_dir={results}/reports"]
     return subprocess.run(
-        [*SNAKEMAKE, *args],
+        [*SNAKEMAKE, *args, *where],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -39,22 +44,24 @@ def test_lint_is_clean():
 
 @pytest.mark.parametrize("extra", [[], ["--configfile", "config/paper.yaml"]], ids=["embedded", "paper"])
 def test_dry_run_builds_the_whole_dag(extra, tmp_path):
-    res = _snakemake("-n", "--directory", str(ROOT), *extra)
+    res = _snakemake("-n", *extra, results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = _jobs(res.stdout)
-    assert jobs["prepare_data"] == 1 and jobs["train"] >= 8
+    assert jobs["prepare_data"] == 1 and jobs["train"] >= 8 and jobs["report"] == 1
+    assert jobs["evaluate"] >= 4 * 8
 
 
-def test_cluster_profile_dry_runs_with_slurm_and_the_paper_config():
-    res = _snakemake("--profile", "cluster", "-n", env={"ATLAS_SLURM_ACCOUNT": "acct", "ATLAS_SLURM_PARTITION": "gpu"})
+def test_cluster_profile_dry_runs_with_slurm_and_the_paper_config(tmp_path):
+    env = {"ATLAS_SLURM_ACCOUNT": "acct", "ATLAS_SLURM_PARTITION": "gpu"}
+    res = _snakemake("--profile", "cluster", "-n", env=env, results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "config/paper.yaml" in res.stdout + res.stderr
     assert _jobs(res.stdout)["train"] == 13 + 2 + 3 + 4 + 4  # models + the four ablation tables
 
 
 @pytest.mark.parametrize("axis,cells", [("window", 4), ("gated_mlp", 2), ("poly_degree", 3), ("optimizer", 4)])
-def test_each_ablation_has_its_own_target(axis, cells):
-    res = _snakemake("-n", f"ablation_{axis}")
+def test_each_ablation_has_its_own_target(axis, cells, tmp_path):
+    res = _snakemake("-n", f"ablation_{axis}", results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = _jobs(res.stdout)
     assert jobs["train"] == cells and jobs["prepare_data"] == 1
@@ -62,7 +69,7 @@ def test_each_ablation_has_its_own_target(axis, cells):
     assert runs == {f"ablation_{axis}"}
 
 
-def test_ablation_cells_resolve_to_memory_overrides():
-    res = _snakemake("-n", "-p", "ablation_optimizer")
-    assert '"memory": {"ns_steps": 3, "optimizer": "muon"}' in res.stdout
+def test_ablation_cells_resolve_to_memory_overrides(tmp_path):
+    res = _snakemake("-n", "-p", "ablation_optimizer", results=tmp_path)
+    assert '"expansion": 2, "ns_steps": 3, "optimizer": "muon"}' in res.stdout  # base overrides + cell
     assert '"experiment": "ablation_optimizer"' in res.stdout

@@ -101,7 +101,27 @@ def all_targets():
     return out
 
 
+# ---- evaluation
+EVAL_COMMANDS = {"ppl": "ppl", "lm_eval": "lm-eval", "niah": "niah", "babilong": "babilong"}
+
+
+def eval_args(task):
+    """config['evaluation'][task] (a mapping of CLI options) -> '--lengths 64,128 --samples 4 ...'."""
+    opts = config["evaluation"].get(task, {})
+    parts = []
+    for key, value in opts.items():
+        flag = f"--{key.replace('_', '-')}"
+        value = ",".join(map(str, value)) if isinstance(value, list) else value
+        parts.append(flag if value is True else f"{flag} {value}")
+    return " ".join(parts)
+
+
+def eval_targets():
+    return [f"{RESULTS}/eval/{task}/{run}.json" for task in config["evaluation"]["tasks"] for run in config["models"]]
+
+
 wildcard_constraints:
     study=r"pretrain|ablation_[a-z_]+",
     run=r"[A-Za-z0-9_.~\-]+",
+    task=r"ppl|lm_eval|niah|babilong",
     dataset=r"[A-Za-z0-9_\-]+",

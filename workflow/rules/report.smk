@@ -8,6 +8,7 @@ localrules:
 rule report:
     input:
         runs=all_targets(),
+        evals=eval_targets(),
     output:
         index=report(f"{config['report_dir']}/README.md", caption="../report/index.rst", category="Overview"),
         pretrain=report(f"{config['report_dir']}/pretrain.md", caption="../report/pretrain.rst", category="Tables"),
