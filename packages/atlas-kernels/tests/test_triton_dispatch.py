@@ -1,0 +1,106 @@
+"""Backend dispatch of `memory_chunk`: "auto" | "torch" | "triton"."""
+
+import pytest
+import torch
+
+from atlas_kernels import MemoryConfig, api, init_memory_params, memory_chunk, memory_step
+from atlas_kernels.testing import random_inputs, rel_err
+
+LINEAR = MemoryConfig(memory="linear", optimizer="gd", feature_map="identity", bias="l2", window=2, chunk_size=4)
+
+
+def _args(cfg=LINEAR, T=6, dtype=torch.float64):
+    q, k, v, gates = random_inputs(1, T, 2, 4, dtype=dtype)
+    if not cfg.uses_momentum:
+        del gates["theta"]
+    p = init_memory_params(cfg, 2, 4, 4, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    return q, k, v, gates, p, cfg
+
+
+def test_unknown_backend_is_rejected():
+    with pytest.raises(ValueError, match="^backend: expected one of auto, torch, triton"):
+        memory_chunk(*_args(), backend="cuda")
+
+
+def test_auto_and_torch_run_the_torch_op_on_cpu():
+    q = _args()[0]
+    assert api.select_backend(q, LINEAR, "auto") == "torch"
+    assert api.select_backend(q, LINEAR, "torch") == "torch"
+    o_auto, _ = memory_chunk(*_args(), backend="auto")
+    o_torch, _ = memory_chunk(*_args(), backend="torch")
+    assert torch.equal(o_auto, o_torch)
+
+
+@pytest.mark.parametrize(
+    "fields,field",
+    [
+        ({"memory": "mlp"}, "memory"),
+        ({"optimizer": "muon"}, "optimizer"),
+        ({"feature_map": "poly"}, "feature_map"),
+        ({"window": "global"}, "window"),
+        ({"window": 66}, "window"),
+        ({"chunk_size": 256}, "chunk_size"),
+    ],
+)
+def test_triton_on_an_unsupported_config_names_the_field(fields, field):
+    cfg = MemoryConfig(**{**LINEAR.to_dict(), "ns_coeffs": LINEAR.ns_coeffs, **fields})
+    q = torch.zeros(1, 3, 2, 4)
+    with pytest.raises(ValueError, match=f"^{field}: not supported by backend='triton'"):
+        api.select_backend(q, cfg, "triton")
+    assert api.select_backend(q, cfg, "auto") == "torch"
+
+
+def test_triton_rejects_unsupported_inputs():
+    with pytest.raises(ValueError, match="^q: not supported by backend='triton'.*key dim 512"):
+        api.select_backend(torch.zeros(1, 3, 2, 512), LINEAR, "triton")
+    with pytest.raises(ValueError, match="^q: not supported by backend='triton'.*int64"):
+        api.select_backend(torch.zeros(1, 3, 2, 4, dtype=torch.int64), LINEAR, "triton")
+
+
+def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="^backend: 'triton' needs CUDA tensors"):
+        memory_chunk(*_args(), backend="triton")
+
+
+def test_triton_without_the_package(monkeypatch):
+    monkeypatch.setattr(api, "triton_available", lambda: False)
+    with pytest.raises(ValueError, match="needs the triton package"):
+        memory_chunk(*_args(), backend="triton")
+    assert api.select_backend(torch.zeros(1, 3, 2, 4), LINEAR, "auto") == "torch"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path")
+def test_triton_backend_runs_under_the_interpreter():
+    pytest.importorskip("triton")
+    args = _args(T=7)
+    o_ref, s_ref = memory_chunk(*args, backend="torch")
+    o, s = memory_chunk(*args, backend="triton")
+    assert rel_err(o_ref, o) < 1e-10
+    assert rel_err(s_ref.weights["W"], s.weights["W"]) < 1e-10
+    q, k, v, gates, p, cfg = args
+    o1, _ = memory_step(q[:, 0], k[:, 0], v[:, 0], {n: g[:, 0] for n, g in gates.items()}, p, cfg, backend="triton")
+    assert rel_err(o_ref[:, 0], o1) < 1e-10
+    cfg_m = MemoryConfig(**{**LINEAR.to_dict(), "ns_coeffs": LINEAR.ns_coeffs, "optimizer": "momentum"})
+    args_m = _args(cfg_m, T=7)
+    o_ref, _ = memory_chunk(*args_m, backend="torch")
+    o, _ = memory_chunk(*args_m, backend="triton")
+    assert rel_err(o_ref, o) < 1e-10
+
+
+@pytest.mark.gpu
+def test_auto_picks_triton_on_cuda(monkeypatch):
+    calls = []
+    from atlas_kernels.ops.memory import triton_linear
+
+    real = triton_linear.memory_chunk_triton
+    monkeypatch.setattr(triton_linear, "memory_chunk_triton", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    q, k, v, gates, p, cfg = _args(dtype=torch.float32)
+    to = lambda t: t.cuda()  # noqa: E731
+    args = (to(q), to(k), to(v), {n: to(g) for n, g in gates.items()}, {n: to(t) for n, t in p.items()}, cfg)
+    assert api.select_backend(args[0], cfg, "auto") == "triton"
+    assert api.select_backend(args[0].double(), cfg, "auto") == "torch"  # float64 stays on the torch op
+    o, _ = memory_chunk(*args)
+    assert calls
+    o_ref, _ = memory_chunk(*args, backend="torch")
+    assert rel_err(o_ref, o) < 1e-4

@@ -1,0 +1,85 @@
+"""GPU checks of the Triton kernels at the paper's layer shapes (bf16 inputs; fp32 torch reference).
+
+Skipped without CUDA (`gpu` marker, root conftest). The same checks run inside `benchmarks/kernels_gpu.py`.
+340M: d_model 1024, 16 heads of 64; 760M: d_model 1536, 16 heads of 96.
+"""
+
+import pytest
+import torch
+
+from atlas_kernels import MemoryConfig
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = {"340M-T2048": (2, 2048, 16, 64), "760M-T4096": (1, 4096, 16, 96)}
+CONFIGS = {
+    "gated-delta": MemoryConfig(
+        memory="linear", optimizer="gd", feature_map="identity", bias="l2", window=1, chunk_size=64, decay_first=True
+    ),
+    "omega-c4": MemoryConfig(
+        memory="linear", optimizer="gd", feature_map="identity", bias="l2", window=4, chunk_size=64
+    ),
+    "momentum-c2": MemoryConfig(
+        memory="linear", optimizer="momentum", feature_map="identity", bias="l2", window=2, chunk_size=64
+    ),
+    "swla-dot-c4": MemoryConfig(
+        memory="linear", optimizer="gd", feature_map="identity", bias="dot", window=4, chunk_size=32
+    ),
+}
+
+
+def _assert_small(errs, tol):
+    bad = {n: e for n, e in errs.items() if not e <= tol}
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=list(SHAPES))
+@pytest.mark.parametrize("config", CONFIGS, ids=list(CONFIGS))
+def test_linear_memory_bf16_real_shapes(shape, config):
+    from atlas_kernels.ops.memory.triton_checks import check_linear_memory
+
+    B, T, H, D = SHAPES[shape]
+    errs = check_linear_memory(CONFIGS[config], B, T, H, D, D, dtype=torch.bfloat16, device="cuda")
+    _assert_small(errs, 2e-2)
+
+
+@pytest.mark.parametrize("optimizer", ["gd", "momentum"])
+def test_linear_memory_fp32_odd_shape(optimizer):
+    from atlas_kernels.ops.memory.triton_checks import check_linear_memory
+
+    cfg = MemoryConfig(memory="linear", optimizer=optimizer, feature_map="identity", bias="l2", window=3, chunk_size=16)
+    errs = check_linear_memory(cfg, 2, 333, 4, 48, 80, dtype=torch.float32, device="cuda")
+    _assert_small(errs, 1e-4)
+
+
+@pytest.mark.parametrize(
+    "shape,dtype",
+    [
+        ((4096, 64, 64), torch.bfloat16),
+        ((1024, 64, 256), torch.bfloat16),
+        ((2048, 96, 96), torch.bfloat16),
+        ((512, 33, 7), torch.bfloat16),
+        ((4096, 64, 64), torch.float32),  # float32 on GPU: padded tiles up to 64 x 64
+        ((512, 33, 7), torch.float32),
+    ],
+)
+def test_newton_schulz(shape, dtype):
+    from atlas_kernels.ops.memory.triton_checks import check_newton_schulz
+
+    errs = check_newton_schulz(shape, dtype=dtype, device="cuda")
+    _assert_small(errs, 2e-2 if dtype == torch.bfloat16 else 1e-4)
+
+
+def test_newton_schulz_float32_large_tiles_are_refused():
+    from atlas_kernels.ops.newton_schulz.triton import newton_schulz_triton
+
+    with pytest.raises(ValueError, match="float32 limit"):
+        newton_schulz_triton(torch.randn(4, 96, 96, device="cuda"))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_poly_features(dtype):
+    from atlas_kernels.ops.memory.triton_checks import check_poly_features
+
+    errs = check_poly_features((2, 16, 512, 16), 2, dtype=dtype, device="cuda")
+    _assert_small(errs, 2e-2 if dtype == torch.bfloat16 else 1e-5)
