@@ -79,20 +79,23 @@ def prepare_inputs(
     for name in required:
         if gates.get(name) is None:
             raise ValueError(f"gates['{name}']: required for optimizer={cfg.optimizer}")
+    # Gates stay in float32 under bf16/fp16 inputs: alpha = 0.999 would round to 1.0 in bf16 (decay lost).
+    gate_dtype = torch.float32 if k.dtype in (torch.bfloat16, torch.float16) else k.dtype
     out = {}
     for name in GATE_NAMES:
         g = gates.get(name)
         if g is None:
-            out[name] = k.new_full((B, H, T), GATE_DEFAULTS[name])
+            out[name] = torch.full((B, H, T), GATE_DEFAULTS[name], dtype=gate_dtype, device=k.device)
             continue
         if not isinstance(g, torch.Tensor) or tuple(g.shape) != (B, T, H):
             shape = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
             raise ValueError(f"gates['{name}']: expected shape [B, T, H] = {(B, T, H)}, got {shape}")
         if g.device != k.device:
             raise ValueError(f"gates['{name}']: device {g.device} differs from k's {k.device}")
-        if not bool(torch.isfinite(g).all()):
+        # On CUDA the check would force a host sync per call (and per decoded token): CPU tensors only.
+        if g.device.type == "cpu" and not bool(torch.isfinite(g).all()):
             raise ValueError(f"gates['{name}']: contains non-finite values")
-        out[name] = g.to(k.dtype).transpose(1, 2)
+        out[name] = g.to(gate_dtype).transpose(1, 2)
     check_params(params, cfg, H, Dk, Dv, k)
     return OpInputs(q=q.transpose(1, 2), k=k.transpose(1, 2), v=v.transpose(1, 2), **out)
 

@@ -94,5 +94,6 @@ def resume_inputs(q, k, v, gates, state: MemoryState | None):
         if g is None and name in GATE_DEFAULTS:
             g = k.new_full(k.shape[:3], GATE_DEFAULTS[name])
         if g is not None:  # a missing required gate is reported by prepare_inputs
-            new_gates[name] = cat(p[name], g)
+            dtype = torch.promote_types(p[name].dtype, g.dtype)  # gates keep float32 under bf16 inputs
+            new_gates[name] = torch.cat([p[name].to(dtype), g.to(dtype)], dim=1)
     return cat(p["k"], q), cat(p["k"], k), cat(p["v"], v), new_gates, state.resume, n
