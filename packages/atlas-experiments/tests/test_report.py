@@ -20,8 +20,9 @@ def test_report_tables_and_figures(tmp_path):
         _run(uri, "pretrain", preset, {"model.preset": preset, "model.size": "tiny"}, steps)
     for c, vl in (("1", 3.4), ("4", 3.1)):
         _run(uri, "ablation_window", f"window~{c}", {"model.preset": "atlas"}, [(5, {"loss": vl, "val_loss": vl})])
-    _run(uri, "eval", "niah:final", {}, [(0, {"acc/len=256/depth=0.5": 1.0})],
-         tags={"task": "niah", "model": "results/x/runs/pretrain/atlas/checkpoints/final", "deviations": "tiny"})  # fmt: skip
+    model = "results/x/runs/pretrain/atlas/checkpoints/final"
+    tags = {"task": "niah", "model": model, "deviations": "tiny"}
+    _run(uri, "eval", "niah:final", {}, [(0, {"acc/len=256/depth=0.5": 1.0})], tags=tags)
 
     out = tmp_path / "reports"
     assert main(["report", "--tracking-uri", uri, "--out", str(out)]) == 0

@@ -11,9 +11,7 @@ H, D = 1, 3
     "cfg",
     [
         MemoryConfig(memory="linear", optimizer="gd", feature_map="poly", window=2, chunk_size=2),
-        MemoryConfig(
-            memory="mlp", optimizer="muon", feature_map="identity", window=2, chunk_size=2, ns_steps=2
-        ),
+        MemoryConfig(memory="mlp", optimizer="muon", feature_map="identity", window=2, chunk_size=2, ns_steps=2),
         MemoryConfig(memory="gated_mlp", optimizer="momentum", window=3, chunk_size=3, activation="silu"),
     ],
     ids=["linear", "mlp", "gated_mlp"],
@@ -34,9 +32,7 @@ def test_gradcheck(cfg):
 def _call(**changes):
     cfg = changes.pop("cfg", MemoryConfig(memory="mlp", optimizer="momentum"))
     q, k, v, gates = random_inputs(1, 4, H, D)
-    p = init_memory_params(
-        cfg if isinstance(cfg, MemoryConfig) else MemoryConfig(), H, D, D, dtype=torch.float64
-    )
+    p = init_memory_params(cfg if isinstance(cfg, MemoryConfig) else MemoryConfig(), H, D, D, dtype=torch.float64)
     args = {"q": q, "k": k, "v": v, "gates": gates, "params": p, "cfg": cfg}
     args.update(changes)
     return memory_chunk(**args)

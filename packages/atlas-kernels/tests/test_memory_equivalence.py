@@ -62,9 +62,7 @@ def test_chunk_b1_equals_token_recurrence(cfg, window):
         for c, w in [
             (next(valid_configs(memory="mlp", optimizer="muon", feature_map="poly", bias="l2")), 5),
             (
-                next(
-                    valid_configs(memory="gated_mlp", optimizer="momentum", feature_map="identity", bias="l2")
-                ),
+                next(valid_configs(memory="gated_mlp", optimizer="momentum", feature_map="identity", bias="l2")),
                 2,
             ),
             (next(valid_configs(memory="linear", optimizer="gd", feature_map="poly", bias="dot")), 5),

@@ -19,9 +19,7 @@ def test_keeps_singular_vectors_and_is_scale_invariant():
     x = torch.randn(24, 40, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     y = newton_schulz(x)
     # only the eps of the pre-normalisation breaks exact scale invariance
-    torch.testing.assert_close(
-        newton_schulz(1e3 * x, eps=0.0), newton_schulz(x, eps=0.0), rtol=1e-9, atol=1e-9
-    )
+    torch.testing.assert_close(newton_schulz(1e3 * x, eps=0.0), newton_schulz(x, eps=0.0), rtol=1e-9, atol=1e-9)
     u, _, vh = torch.linalg.svd(x, full_matrices=False)
     # y = U f(S) V^T: U^T y V is diagonal
     core = u.mT @ y @ vh.mT

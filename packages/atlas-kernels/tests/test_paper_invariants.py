@@ -17,9 +17,7 @@ def _zero_linear(cfg):
 @pytest.mark.parametrize("decay_first", [False, True])
 @pytest.mark.parametrize("chunk_size", [1, 16])
 def test_online_l2_linear_is_the_gated_delta_rule(decay_first, chunk_size):
-    cfg = MemoryConfig(
-        memory="linear", bias="l2", window=1, optimizer="gd", chunk_size=1, decay_first=decay_first
-    )
+    cfg = MemoryConfig(memory="linear", bias="l2", window=1, optimizer="gd", chunk_size=1, decay_first=decay_first)
     q, k, v, gates = random_inputs(B, T, H, D, seed=1, eta_scale=0.5)
     p = init_memory_params(cfg, H, D, D, dtype=torch.float64)
     o, state = memory_chunk(q, k, v, {"alpha": gates["alpha"], "eta": gates["eta"]}, p, cfg)
@@ -57,9 +55,7 @@ def test_windowed_dot_linear_is_swla():
 def test_online_hebbian_exp_memory_is_causal_attention(chunk_size):
     """Linear memory, dot bias, exp features, c = 1, alpha = eta = 1: y_t = sum_{i<=t} exp(q_t.k_i) v_i;
     with the softmax normaliser (the same memory storing 1s) it is scaled_dot_product_attention."""
-    cfg = MemoryConfig(
-        memory="linear", bias="dot", window=1, optimizer="gd", feature_map="exp", chunk_size=chunk_size
-    )
+    cfg = MemoryConfig(memory="linear", bias="dot", window=1, optimizer="gd", feature_map="exp", chunk_size=chunk_size)
     q, k, v, _ = random_inputs(B, T, H, D, seed=3)
     ones = torch.ones(B, T, H)
     gates = {"eta": ones.double()}
@@ -73,9 +69,7 @@ def test_online_hebbian_exp_memory_is_causal_attention(chunk_size):
 
 def test_poly_with_degree_one_coefficients_equals_identity_features():
     ident = MemoryConfig(memory="mlp", bias="l2", window=2, optimizer="momentum", feature_map="identity")
-    poly = MemoryConfig(
-        memory="mlp", bias="l2", window=2, optimizer="momentum", feature_map="poly", poly_degree=2
-    )
+    poly = MemoryConfig(memory="mlp", bias="l2", window=2, optimizer="momentum", feature_map="poly", poly_degree=2)
     q, k, v, gates = random_inputs(B, T, H, D, seed=4, eta_scale=0.2)
     p = init_memory_params(ident, H, D, D, dtype=torch.float64)
     pp = dict(p)

@@ -29,11 +29,7 @@ CONFIGS = [
             4,
         ),
         (
-            next(
-                valid_configs(
-                    memory="linear", optimizer="gd", feature_map="identity", bias="l2", decay_first=True
-                )
-            ),
+            next(valid_configs(memory="linear", optimizer="gd", feature_map="identity", bias="l2", decay_first=True)),
             1,
             16,
         ),
@@ -60,9 +56,7 @@ def test_segments_and_decoding_match_one_call(cfg):
         )
         outs.append(o)
     for t in range(17, T):
-        o, state = memory_step(
-            q[:, t], k[:, t], v[:, t], {n: g[:, t] for n, g in gates.items()}, p, cfg, state
-        )
+        o, state = memory_step(q[:, t], k[:, t], v[:, t], {n: g[:, t] for n, g in gates.items()}, p, cfg, state)
         outs.append(o[:, None])
     assert rel_err(o_full, torch.cat(outs, 1)) < 1e-12
     full, pieces = s_full.tensors(), state.tensors()
@@ -78,12 +72,8 @@ def test_naive_chunked_segments_continue_the_same_chunks():
     q, k, v, gates = random_inputs(1, 11, H, D, seed=8)
     p = init_memory_params(cfg, H, D, D, dtype=torch.float64)
     o_full, _ = memory_naive_chunked(q, k, v, gates, p, cfg)
-    o1, s = memory_naive_chunked(
-        q[:, :6], k[:, :6], v[:, :6], {n: g[:, :6] for n, g in gates.items()}, p, cfg
-    )
-    o2, _ = memory_naive_chunked(
-        q[:, 6:], k[:, 6:], v[:, 6:], {n: g[:, 6:] for n, g in gates.items()}, p, cfg, s
-    )
+    o1, s = memory_naive_chunked(q[:, :6], k[:, :6], v[:, :6], {n: g[:, :6] for n, g in gates.items()}, p, cfg)
+    o2, _ = memory_naive_chunked(q[:, 6:], k[:, 6:], v[:, 6:], {n: g[:, 6:] for n, g in gates.items()}, p, cfg, s)
     assert rel_err(o_full, torch.cat([o1, o2], 1)) < 1e-12
 
 

@@ -204,13 +204,15 @@ _INVALID = (
         "decay_first: not defined for feature_map=exp",
     ),
     (
-        lambda c: c.exact_delta
-        and not (
-            c.memory == "linear"
-            and c.bias == "l2"
-            and c.window == 1
-            and c.optimizer == "gd"
-            and c.feature_map != "exp"
+        lambda c: (
+            c.exact_delta
+            and not (
+                c.memory == "linear"
+                and c.bias == "l2"
+                and c.window == 1
+                and c.optimizer == "gd"
+                and c.feature_map != "exp"
+            )
         ),
         "exact_delta: the exact chunkwise form exists for the online delta rule only (memory=linear, bias=l2, "
         "window=1, optimizer=gd, feature_map identity or poly)",

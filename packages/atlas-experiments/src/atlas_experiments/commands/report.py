@@ -9,7 +9,9 @@ from pathlib import Path
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="build markdown reports + figures from MLflow, beside the paper's tables")
     p.add_argument("--out", required=True, help="report directory (e.g. reports/embedded)")
-    p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or sqlite:///<results>/mlflow.db")
+    p.add_argument(
+        "--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or sqlite:///<results>/mlflow.db"
+    )
     p.add_argument("--results", default="results/embedded", help="results root of the default SQLite database")
     p.add_argument("--title", default="ATLAS reproduction")
     p.set_defaults(handler=run)

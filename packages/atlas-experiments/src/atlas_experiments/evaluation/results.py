@@ -70,7 +70,8 @@ def track_result(
         **(tags or {}),
     }
     try:
-        tracker = tracking.MlflowTracker(uri, experiment, run_name or f"{result.task}:{Path(result.model).name}", all_tags)
+        name = run_name or f"{result.task}:{Path(result.model).name}"
+        tracker = tracking.MlflowTracker(uri, experiment, name, all_tags)
     except Exception:  # tracking never fails an evaluation; the JSON is the record
         return None
     tracker.log_metrics(result.metrics, step=0)

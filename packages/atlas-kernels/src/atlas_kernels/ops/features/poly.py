@@ -57,9 +57,7 @@ def poly_features(x: torch.Tensor, coeffs: torch.Tensor, degree: int) -> torch.T
         [..., C(d + p, p)] features, blocks ordered by degree 0..p.
     """
     if coeffs.shape[-1] != degree + 1:
-        raise ValueError(
-            f"coeffs: expected last dim {degree + 1} for degree {degree}, got {tuple(coeffs.shape)}"
-        )
+        raise ValueError(f"coeffs: expected last dim {degree + 1} for degree {degree}, got {tuple(coeffs.shape)}")
     d = x.shape[-1]
     root = coeffs.sqrt()
     if root.dim() == 2:  # [H, p+1] -> [H, 1, p+1] to broadcast over T of x[..., H, T, d]

@@ -69,9 +69,7 @@ def _cast_state(state: MemoryState, dtype: torch.dtype) -> MemoryState:
     cast = {n: t.to(dtype) for n, t in state.weights.items()}
     mom = None if state.momentum is None else {n: t.to(dtype) for n, t in state.momentum.items()}
     keys = None if state.kernel_keys is None else state.kernel_keys.to(dtype)
-    return MemoryState(
-        cast, mom, state.halo_k.to(dtype), state.halo_v.to(dtype), state.halo_gamma.to(dtype), keys
-    )
+    return MemoryState(cast, mom, state.halo_k.to(dtype), state.halo_v.to(dtype), state.halo_gamma.to(dtype), keys)
 
 
 def _kernel(scores: torch.Tensor, params: dict[str, torch.Tensor], cfg: MemoryConfig) -> torch.Tensor:
@@ -93,9 +91,7 @@ def _apply_start(name, x_raw, feats, state: MemoryState, cfg: MemoryConfig) -> t
 
 def _activation_grad(a: torch.Tensor, cfg: MemoryConfig) -> torch.Tensor:
     if cfg.activation == "gelu":
-        return 0.5 * (1.0 + torch.erf(a / math.sqrt(2.0))) + a * torch.exp(-0.5 * a * a) / math.sqrt(
-            2.0 * math.pi
-        )
+        return 0.5 * (1.0 + torch.erf(a / math.sqrt(2.0))) + a * torch.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)
     s = torch.sigmoid(a)
     return s * (1.0 + a * (1.0 - s))
 
@@ -207,11 +203,7 @@ def _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg):
     else:
         a = _dual_layer("W2", qc, fq, kern, C, d, factors, state, cfg)
         hs = activation(a, cfg)
-        h = (
-            hs * _dual_layer("W3", qc, fq, kern, C, d, factors, state, cfg)
-            if cfg.memory == "gated_mlp"
-            else hs
-        )
+        h = hs * _dual_layer("W3", qc, fq, kern, C, d, factors, state, cfg) if cfg.memory == "gated_mlp" else hs
         b = _dual_layer("W1", h, h, h @ factors["W1"][1].mT, C, d, factors, state, cfg)
         if cfg.memory_norm:
             b, _ = _layer_norm_with_grad(b, None, params, cfg)

@@ -62,9 +62,7 @@ def chunk_decays(alpha: torch.Tensor, theta: torch.Tensor, cfg: MemoryConfig) ->
     return decays
 
 
-def update_coefficients(
-    d: ChunkDecays, eta: torch.Tensor, G: torch.Tensor, cfg: MemoryConfig
-) -> torch.Tensor:
+def update_coefficients(d: ChunkDecays, eta: torch.Tensor, G: torch.Tensor, cfg: MemoryConfig) -> torch.Tensor:
     """C[j, w]: W_j = A_j W_0 - P_j S_0 - sum_w C[j, w] u_w (gd, momentum) -> [B, H, L, h + L]."""
     etaG = eta.unsqueeze(-1) * G
     if cfg.optimizer == "gd":

@@ -55,9 +55,7 @@ def prepare_inputs(
     if q.shape != k.shape:
         raise ValueError(f"q: shape {tuple(q.shape)} differs from k's {tuple(k.shape)}")
     if v.shape[:3] != k.shape[:3]:
-        raise ValueError(
-            f"v: leading dims [B, T, H] = {tuple(v.shape[:3])} differ from k's {tuple(k.shape[:3])}"
-        )
+        raise ValueError(f"v: leading dims [B, T, H] = {tuple(v.shape[:3])} differ from k's {tuple(k.shape[:3])}")
     for name, t in (("q", q), ("v", v)):
         if t.dtype != k.dtype:
             raise ValueError(f"{name}: dtype {t.dtype} differs from k's {k.dtype}")
@@ -66,9 +64,7 @@ def prepare_inputs(
     B, T, H, Dk = k.shape
     Dv = v.shape[-1]
     if cfg.memory != "linear" and cfg.residual and Dk != Dv:
-        raise ValueError(
-            f"v: residual memory needs key dim == value dim, got Dk={Dk}, Dv={Dv} (cfg.residual)"
-        )
+        raise ValueError(f"v: residual memory needs key dim == value dim, got Dk={Dk}, Dv={Dv} (cfg.residual)")
 
     if not isinstance(gates, dict):
         raise ValueError(f"gates: expected a dict of [B, T, H] tensors, got {type(gates).__name__}")
@@ -100,9 +96,7 @@ def prepare_inputs(
     return OpInputs(q=q.transpose(1, 2), k=k.transpose(1, 2), v=v.transpose(1, 2), **out)
 
 
-def expected_param_shapes(
-    cfg: MemoryConfig, H: int, Dk: int, Dv: int, hidden: int
-) -> dict[str, tuple[int, ...]]:
+def expected_param_shapes(cfg: MemoryConfig, H: int, Dk: int, Dv: int, hidden: int) -> dict[str, tuple[int, ...]]:
     """Shapes of every tensor `params` must hold (exp first-layer weights are given through init keys)."""
     D = cfg.feature_dim(Dk)
     shapes: dict[str, tuple[int, ...]] = {}

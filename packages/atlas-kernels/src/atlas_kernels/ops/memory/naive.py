@@ -63,9 +63,7 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
                 chunk_start = MemoryState(W, S, win_k[:, :, :-1], win_v[:, :, :-1], win_g[:, :, :-1])
             if cfg.decay_first:
                 decay = decay * alpha
-                grads = _window_grads(
-                    win_k, win_v, win_g, {n: decay * w for n, w in base.items()}, params, cfg
-                )
+                grads = _window_grads(win_k, win_v, win_g, {n: decay * w for n, w in base.items()}, params, cfg)
             else:
                 grads = _window_grads(win_k, win_v, win_g, base, params, cfg)
             eta = x.eta[:, :, t, None, None]
@@ -79,8 +77,7 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
                 else:
                     S = {n: theta * S[n] + grads[n] for n in W}
                     W = {
-                        n: alpha * W[n] - eta * newton_schulz(S[n], cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps)
-                        for n in W
+                        n: alpha * W[n] - eta * newton_schulz(S[n], cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps) for n in W
                     }
             if keep is not None:
                 start = win_k.shape[2] - keep

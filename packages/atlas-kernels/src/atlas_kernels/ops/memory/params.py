@@ -81,9 +81,7 @@ def initial_state(
             values = params[f"init_values.{name}"] if P > 0 else like.new_zeros(H, 0, out_dim)
             if not dual_exp:
                 coeffs = exp_taylor_coeffs(cfg.exp_taylor_degree, like.dtype).to(like.device)
-                values = torch.einsum(
-                    "hpo,hpd->hod", values, poly_features(keys, coeffs, cfg.exp_taylor_degree)
-                )
+                values = torch.einsum("hpo,hpd->hod", values, poly_features(keys, coeffs, cfg.exp_taylor_degree))
             weights[name] = values.unsqueeze(0).expand(batch_size, *values.shape)
         if dual_exp:
             kernel_keys = keys.unsqueeze(0).expand(batch_size, *keys.shape)
