@@ -13,10 +13,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate a checkpoint or a model config (results JSON + MLflow)")
     inner = p.add_subparsers(dest="eval_task", metavar="<task>", required=True)
     for name in TASK_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        module.register_subcommands(inner)
+        importlib.import_module(name).register_subcommands(inner)

@@ -1,0 +1,275 @@
+"""`atlas eval mad`: the MAD synthetic benchmark (Poli et al. 2024; paper Table 4), trained from scratch per model.
+
+Protocol (mad-lab `benchmark.py`, `train.py`, `mad/analysis.py`): for every task and every difficulty setting of
+the task (a baseline plus knobs varied one at a time, `atlas_data.synthetic.mad.mad_settings`), a fresh model is
+trained on a fixed train set for each point of the lr x weight-decay sweep (mad-lab: lr {1e-4, 5e-4, 1e-3} x wd
+{0, 0.1}, AdamW, cosine decay, 200 epochs of batch 128, width 128, two blocks) and scored on an independent test
+set; the best sweep point counts (selected on test accuracy, as mad-lab does), and a task's MAD score is the mean
+over its settings. Compression uses mad-lab's auto-encoder head: the backbone's last hidden state plus a sin-cos
+position embedding, decoded by a 2-layer MLP into every input token.
+
+Accuracy is micro (all scored tokens); `acc_macro` is the per-class mean that mad-lab's torchmetrics metric gives.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from atlas_data.synthetic.mad import GRIDS, MAD_TASKS, MADSetting, generate_mad, mad_settings
+from atlas_experiments.evaluation.results import EvalResult
+from atlas_experiments.evaluation.synthetic_train import (
+    ModelChoice,
+    TrainSettings,
+    build_lm,
+    evaluate,
+    fit,
+    lm_forward,
+    memory_deviation,
+    model_config,
+)
+
+log = logging.getLogger("atlas.eval")
+
+SWEEPS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "paper": ((1e-4, 5e-4, 1e-3), (0.0, 0.1)),
+    "reduced": ((5e-4, 1e-3), (0.0,)),
+    "single": ((1e-3,), (0.0,)),
+}
+PAPER_WIDTH = 128
+PAPER_EPOCHS, PAPER_BATCH = 200, 128
+
+
+def _sincos(n: int, dim: int, temperature: float = 10000.0) -> torch.Tensor:
+    """mad-lab's `posemb_sincos_1d`: [n, dim] with sin in the first half and cos in the second."""
+    half = dim // 2
+    omega = torch.arange(half, dtype=torch.float32) / max(half - 1, 1)
+    omega = 1.0 / temperature**omega
+    angles = torch.arange(n, dtype=torch.float32)[:, None] * omega[None, :]
+    out = torch.cat([angles.sin(), angles.cos()], dim=1)
+    return torch.nn.functional.pad(out, (0, dim - out.shape[1]))
+
+
+class CompressionModel(nn.Module):
+    """mad-lab's auto-encoder around an `atlas_model` backbone: encode with the causal stack, take the last position,
+    add a sin-cos position code per output position, decode with a non-expanding 2-layer MLP, unembed."""
+
+    def __init__(self, config, seq_len: int) -> None:
+        from transformers import AutoModel
+
+        import atlas_model  # noqa: F401
+
+        super().__init__()
+        d = config.hidden_size
+        self.backbone = AutoModel.from_config(config)
+        self.register_buffer("positions", _sincos(seq_len, d), persistent=False)
+        self.decoder = nn.Sequential(
+            nn.RMSNorm(d), nn.Linear(d, d), nn.GELU(), nn.RMSNorm(d), nn.Linear(d, d), nn.GELU()
+        )
+        self.unembed = nn.Sequential(nn.RMSNorm(d), nn.Linear(d, config.vocab_size))
+        for module in (*self.decoder, *self.unembed):
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=0.02)
+                nn.init.zeros_(module.bias)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        h = self.backbone(input_ids=input_ids, use_cache=False).last_hidden_state[:, -1]
+        z = h[:, None, :] + self.positions[: input_ids.shape[1]].to(h.dtype)[None]
+        return self.unembed(self.decoder(z))
+
+
+def _compression_forward(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return model(x)
+
+
+@dataclass(frozen=True)
+class MADProtocol:
+    """What `run_mad` trains and scores (CLI defaults are the CPU-sized embedded run)."""
+
+    tasks: tuple[str, ...] = MAD_TASKS
+    grid: str = "reduced"
+    lrs: tuple[float, ...] = SWEEPS["single"][0]
+    wds: tuple[float, ...] = SWEEPS["single"][1]
+    width: int = 64
+    layers: int = 2
+    heads: int | None = None
+    memory_head_dim: int | None = None
+    memory_expansion: int | None = None
+    steps: int = 100
+    batch_size: int = 16
+    num_train_examples: int | None = None  # override every setting's train-set size
+    num_test_examples: int | None = None  # None: the grid's (paper 1280, reduced 256)
+    warmup_fraction: float = 0.0
+    grad_clip: float = 1.0
+    eval_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.tasks) - set(MAD_TASKS))
+        if unknown or not self.tasks:
+            raise ValueError(f"mad --tasks: expected some of {', '.join(MAD_TASKS)}, got {', '.join(self.tasks)}")
+        if self.grid not in GRIDS:
+            raise ValueError(f"mad --grid: expected one of {', '.join(GRIDS)}, got {self.grid!r}")
+        if not self.lrs or not self.wds:
+            raise ValueError("mad: the sweep needs at least one lr and one weight decay")
+
+    def settings(self, task: str) -> list[MADSetting]:
+        overrides = {} if self.num_train_examples is None else {"num_train_examples": self.num_train_examples}
+        return mad_settings(task, self.grid, num_test_examples=self.num_test_examples, **overrides)
+
+    def describe(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["settings"] = {t: [s.to_dict() for s in self.settings(t)] for t in self.tasks}
+        return out
+
+    def deviations(self) -> list[str]:
+        dev = []
+        if self.width != PAPER_WIDTH:
+            dev.append(f"model width {self.width} (MAD: 128)")
+        if self.layers != 2:
+            dev.append(f"{self.layers} blocks (MAD: 2 blocks of mixer + SwiGLU)")
+        if (tuple(self.lrs), tuple(self.wds)) != SWEEPS["paper"]:
+            dev.append(
+                f"sweep lr {list(self.lrs)} x wd {list(self.wds)} (MAD: lr {{1e-4, 5e-4, 1e-3}} x wd {{0, 0.1}})"
+            )
+        if self.grid != "paper":
+            dev.append(
+                f"difficulty grid '{self.grid}' (CPU-sized settings, see atlas_data.synthetic.mad; MAD: "
+                "mad-lab configs/tasks)"
+            )
+        dev.append(
+            f"{self.steps} steps of batch {self.batch_size} per run (MAD: {PAPER_EPOCHS} epochs of batch {PAPER_BATCH} "
+            "over the train set)"
+        )
+        if self.num_test_examples not in (None, 1280) or self.grid != "paper":
+            dev.append("test sets smaller than MAD's 1280 sequences")
+        if set(self.tasks) != set(MAD_TASKS):
+            dev.append(f"tasks {list(self.tasks)} only")
+        dev += memory_deviation(self.memory_head_dim, self.memory_expansion)
+        dev.append("gradient clipping 1.0 and cosine decay over steps (mad-lab: no clipping, cosine over epochs)")
+        dev.append("scores are micro accuracy (acc_macro: mad-lab's torchmetrics macro average)")
+        return dev
+
+
+def _train_and_score(
+    choice: ModelChoice,
+    setting: MADSetting,
+    train,
+    test,
+    lr: float,
+    wd: float,
+    protocol: MADProtocol,
+    *,
+    seed: int,
+    device: torch.device,
+    progress: bool,
+) -> dict[str, Any]:
+    cfg = model_config(
+        choice,
+        vocab_size=setting.vocab_size,
+        width=protocol.width,
+        layers=protocol.layers,
+        heads=protocol.heads,
+        memory_head_dim=protocol.memory_head_dim,
+        memory_expansion=protocol.memory_expansion,
+    )
+    if setting.task == "compression":
+        torch.manual_seed(seed)
+        model: nn.Module = CompressionModel(cfg, train.seq_len).to(device)
+        forward = _compression_forward
+    else:
+        model = build_lm(cfg, seed, device)
+        forward = lm_forward
+    settings = TrainSettings(
+        steps=protocol.steps,
+        batch_size=protocol.batch_size,
+        lr=lr,
+        weight_decay=wd,
+        warmup_fraction=protocol.warmup_fraction,
+        grad_clip=protocol.grad_clip,
+        eval_batch_size=protocol.eval_batch_size,
+    )
+    desc = f"mad {choice.name} {setting.task} {setting.label} lr={lr:g} wd={wd:g}"
+    summary = fit(model, [train], settings, forward=forward, seed=seed, device=device, progress=progress, desc=desc)
+    score = evaluate(model, test, forward=forward, batch_size=protocol.eval_batch_size, device=device)
+    return {
+        "lr": lr,
+        "weight_decay": wd,
+        **score,
+        "train": summary,
+        "epochs": round(protocol.steps * protocol.batch_size / len(train), 2),
+    }
+
+
+def run_mad(
+    models: Sequence[ModelChoice],
+    protocol: MADProtocol,
+    *,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+) -> EvalResult:
+    """Train and score every (model, task, setting, sweep point); best-of-sweep per setting, mean per task."""
+    device = torch.device(device)
+    metrics: dict[str, float] = {}
+    details: dict[str, Any] = {"runs": [], "scores": {}}
+    scores: dict[str, dict[str, float]] = {c.name: {} for c in models}
+    for task in protocol.tasks:
+        settings = protocol.settings(task)
+        per_model: dict[str, list[dict[str, Any]]] = {c.name: [] for c in models}
+        for setting in settings:
+            train = generate_mad(setting, "train", seed=seed)
+            test = generate_mad(setting, "test", seed=seed)
+            for choice in models:
+                runs = []
+                for lr in protocol.lrs:
+                    for wd in protocol.wds:
+                        run = _train_and_score(
+                            choice, setting, train, test, lr, wd, protocol, seed=seed, device=device, progress=progress
+                        )
+                        runs.append(run)
+                        details["runs"].append({"model": choice.name, "task": task, "setting": setting.label, **run})
+                        log.info(
+                            "mad %s %s %s lr=%g wd=%g: acc %.3f", choice.name, task, setting.label, lr, wd, run["acc"]
+                        )
+                valid = [r for r in runs if not math.isnan(r["acc"])]
+                best = max(valid, key=lambda r: r["acc"]) if valid else runs[0]
+                per_model[choice.name].append({"setting": setting.label, **best})
+                metrics[f"acc/{choice.name}/{task}/{setting.label}"] = best["acc"]
+        for choice in models:
+            rows = per_model[choice.name]
+            score = float(np.mean([r["acc"] for r in rows]))
+            scores[choice.name][task] = score
+            metrics[f"acc/{choice.name}/{task}"] = score
+            metrics[f"acc_macro/{choice.name}/{task}"] = float(np.mean([r["acc_macro"] for r in rows]))
+            details["scores"].setdefault(choice.name, {})[task] = {
+                "score": score,
+                "best_per_setting": [
+                    {k: r[k] for k in ("setting", "acc", "acc_macro", "loss", "lr", "weight_decay")} for r in rows
+                ],
+            }
+    for choice in models:
+        metrics[f"acc/{choice.name}/average"] = float(np.mean(list(scores[choice.name].values())))
+    details["table"] = [
+        {"model": c.name, **{t: scores[c.name][t] for t in protocol.tasks}, "average": metrics[f"acc/{c.name}/average"]}
+        for c in models
+    ]
+    return EvalResult(
+        task="mad",
+        model=",".join(c.name for c in models),
+        metrics={k: v for k, v in metrics.items() if v == v},
+        protocol={
+            **protocol.describe(),
+            "seed": seed,
+            "device": str(device),
+            "models": [c.describe() for c in models],
+        },
+        deviations=protocol.deviations(),
+        details=details,
+    )

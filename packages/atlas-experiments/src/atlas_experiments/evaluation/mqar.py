@@ -1,0 +1,256 @@
+"""`atlas eval mqar`: multi-query associative recall, trained from scratch per model (paper Fig. 7; Zoology protocol).
+
+Protocol (Zoology, Arora et al. 2023; DeltaNet, Yang et al. 2024): one model per (preset, width, learning rate)
+is trained on a mixture of MQAR settings (seq len T, kv pairs P), the settings taking turns batch by batch, and
+scored on held-out sequences of each setting: accuracy over the queried values. The reported accuracy of a (model,
+width) is the run with the best mean accuracy over the lr sweep. Every (model, width) also reports its state size
+(the floats it carries per sequence after reading T tokens) and memory size (memory weights + attention KV), the
+x-axis of the paper's "accuracy per memory size" (Fig. 7), and its accuracy before training.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from atlas_data.synthetic.mqar import MQARConfig, generate_mqar
+from atlas_experiments.evaluation.results import EvalResult
+from atlas_experiments.evaluation.synthetic_train import (
+    ModelChoice,
+    TrainSettings,
+    build_lm,
+    count_parameters,
+    evaluate,
+    finite,
+    fit,
+    memory_deviation,
+    model_config,
+    state_size,
+)
+
+log = logging.getLogger("atlas.eval")
+
+# Zoology (Fig. 2) / DeltaNet MQAR at paper scale, for the deviations list.
+PAPER = {"vocab_size": 8192, "widths": (64, 128, 256, 512), "layers": 2, "train_examples": 100_000}
+
+
+@dataclass(frozen=True)
+class MQARProtocol:
+    """What `run_mqar` trains and scores (CLI defaults are the CPU-sized embedded run)."""
+
+    settings: tuple[tuple[int, int], ...] = ((16, 2), (16, 4), (32, 2), (32, 4))  # (seq_len, num_kv_pairs)
+    vocab_size: int = 64
+    num_queries: int | None = None
+    power_a: float = 0.01
+    train_examples: int | None = None  # per setting; None: steps * batch / settings (each sequence seen once)
+    test_examples: int = 256
+    widths: tuple[int, ...] = (64,)
+    layers: int = 2
+    heads: int | None = None
+    memory_head_dim: int | None = None
+    memory_expansion: int | None = None
+    steps: int = 1000
+    batch_size: int = 32
+    lrs: tuple[float, ...] = (3e-3,)
+    weight_decay: float = 0.1
+    warmup_fraction: float = 0.05
+    eval_batch_size: int = 64
+    configs: tuple[MQARConfig, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.settings:
+            raise ValueError("mqar: no (seq_len, num_kv_pairs) setting")
+        configs = tuple(
+            MQARConfig(self.vocab_size, t, p, self.num_queries, self.power_a) for t, p in sorted(set(self.settings))
+        )
+        object.__setattr__(self, "configs", configs)
+        if not self.widths or not self.lrs:
+            raise ValueError("mqar: --width and --lrs need at least one value")
+        if self.test_examples < 1 or self.steps < 0:
+            raise ValueError("mqar: --test-examples must be >= 1 and --steps >= 0")
+
+    def train_size(self) -> int:
+        if self.train_examples is not None:
+            return self.train_examples
+        return max(self.batch_size, self.steps * self.batch_size // len(self.configs))
+
+    def describe(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("configs")
+        out["settings"] = [list(s) for s in sorted(set(self.settings))]
+        out["train_examples_per_setting"] = self.train_size()
+        return out
+
+    def deviations(self) -> list[str]:
+        dev = []
+        if self.vocab_size != PAPER["vocab_size"]:
+            dev.append(f"vocab {self.vocab_size} (Zoology/DeltaNet MQAR: 8192)")
+        if max(self.widths) < 128 or len(self.widths) < 3:
+            dev.append(f"model widths {list(self.widths)} (Zoology sweeps 64-512 per memory size)")
+        if self.layers != PAPER["layers"]:
+            dev.append(f"{self.layers} layers (MQAR protocol: 2)")
+        seen = self.steps * self.batch_size
+        if seen < PAPER["train_examples"]:
+            dev.append(
+                f"{self.steps} steps x batch {self.batch_size} = {seen} training sequences (Zoology: 100k examples, "
+                "64 epochs)"
+            )
+        if max(t for t, _ in self.settings) < 256:
+            dev.append(f"settings {sorted(set(self.settings))} (paper-scale MQAR: T 64-512, 4-64 kv pairs)")
+        if len(self.lrs) < 3:
+            dev.append(f"learning-rate sweep {list(self.lrs)} (Zoology sweeps several lrs, best-of)")
+        if self.num_queries is not None:
+            dev.append(f"{self.num_queries} queries per sequence (Zoology queries every key)")
+        dev += memory_deviation(self.memory_head_dim, self.memory_expansion)
+        dev.append("model width/depth from the command on top of the atlas_model preset blocks (SwiGLU 3x width)")
+        return dev
+
+
+def _datasets(protocol: MQARProtocol, seed: int):
+    train, test = [], []
+    for i, cfg in enumerate(protocol.configs):
+        train.append(generate_mqar(cfg, protocol.train_size(), seed=np.random.default_rng([seed, 1, i])))
+        test.append(generate_mqar(cfg, protocol.test_examples, seed=np.random.default_rng([seed, 2, i])))
+    return train, test
+
+
+def run_mqar(
+    models: Sequence[ModelChoice],
+    protocol: MQARProtocol,
+    *,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+) -> EvalResult:
+    """Train every (model, width, lr) on the MQAR mixture and score each setting (module docstring)."""
+    device = torch.device(device)
+    train, test = _datasets(protocol, seed)
+    metrics: dict[str, float] = {}
+    runs: list[dict[str, Any]] = []
+    table: list[dict[str, Any]] = []
+    for choice in models:
+        for width in protocol.widths:
+            cfg = model_config(
+                choice,
+                vocab_size=protocol.vocab_size,
+                width=width,
+                layers=protocol.layers,
+                heads=protocol.heads,
+                memory_head_dim=protocol.memory_head_dim,
+                memory_expansion=protocol.memory_expansion,
+            )
+            key = f"{choice.name}/d={width}"
+            best: dict[str, Any] | None = None
+            sizes: dict[int, dict[str, int]] = {}
+            init_acc: list[float] = []
+            params = 0
+            for lr in protocol.lrs:
+                model = build_lm(cfg, seed, device)
+                params = count_parameters(model)
+                if not sizes:
+                    sizes = {c.seq_len: state_size(model, c.seq_len, c.vocab_size, device) for c in protocol.configs}
+                    init_acc = [
+                        evaluate(model, d, batch_size=protocol.eval_batch_size, device=device)["acc"] for d in test
+                    ]
+                settings = TrainSettings(
+                    steps=protocol.steps,
+                    batch_size=protocol.batch_size,
+                    lr=lr,
+                    weight_decay=protocol.weight_decay,
+                    warmup_fraction=protocol.warmup_fraction,
+                    eval_batch_size=protocol.eval_batch_size,
+                )
+                summary = fit(
+                    model, train, settings, seed=seed, device=device, progress=progress, desc=f"mqar {key} lr={lr:g}"
+                )
+                scores = [evaluate(model, d, batch_size=protocol.eval_batch_size, device=device) for d in test]
+                mean = float(np.mean([s["acc"] for s in scores]))
+                run = {
+                    "model": choice.name,
+                    "width": width,
+                    "lr": lr,
+                    "mean_acc": mean,
+                    "train": summary,
+                    "per_setting": {c.label: s for c, s in zip(protocol.configs, scores)},
+                }
+                runs.append(run)
+                log.info("mqar %s lr=%g: mean acc %.3f (%.0fs)", key, lr, mean, summary["seconds"])
+                if best is None or mean > best["mean_acc"]:
+                    best = run
+                del model
+            assert best is not None
+            row = {
+                "model": choice.name,
+                "preset": choice.preset,
+                "width": width,
+                "best_lr": best["lr"],
+                "acc": best["mean_acc"],
+                "acc_init": float(np.mean(init_acc)),
+                "per_setting": {c.label: best["per_setting"][c.label]["acc"] for c in protocol.configs},
+                "state_size": {str(t): s["state"] for t, s in sizes.items()},
+                "memory_size": {str(t): s["memory"] for t, s in sizes.items()},
+                "parameters": params,
+            }
+            table.append(row)
+            metrics[f"acc/{key}"] = row["acc"]
+            metrics[f"acc_init/{key}"] = row["acc_init"]
+            for c, a0 in zip(protocol.configs, init_acc):
+                metrics[f"acc/{key}/{c.label}"] = row["per_setting"][c.label]
+                metrics[f"acc_init/{key}/{c.label}"] = a0
+            for t, s in sizes.items():
+                metrics[f"state_size/{key}/len={t}"] = float(s["state"])
+                metrics[f"memory_size/{key}/len={t}"] = float(s["memory"])
+            metrics[f"loss_last/{key}"] = finite(best["train"]["loss_last"]) or float("nan")
+    return EvalResult(
+        task="mqar",
+        model=",".join(c.name for c in models),
+        metrics={k: v for k, v in metrics.items() if v == v},
+        protocol={
+            **protocol.describe(),
+            "seed": seed,
+            "device": str(device),
+            "models": [c.describe() for c in models],
+        },
+        deviations=protocol.deviations(),
+        details={"table": table, "runs": runs},
+    )
+
+
+def plot_mqar(result: EvalResult, path: Path) -> Path:
+    """Accuracy vs memory size (Fig. 7 style): one panel per setting, one line per model over its widths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    table = result.details["table"]
+    labels = list(table[0]["per_setting"]) if table else []
+    fig, axes = plt.subplots(1, max(1, len(labels)), figsize=(4.2 * max(1, len(labels)), 3.6), squeeze=False)
+    for ax, label in zip(axes[0], labels):
+        seq_len = label.split("/")[0].split("=")[1]
+        for name in dict.fromkeys(r["model"] for r in table):
+            rows = sorted((r for r in table if r["model"] == name), key=lambda r: r["memory_size"][seq_len])
+            xs = [max(r["memory_size"][seq_len], 1) for r in rows]
+            ys = [r["per_setting"][label] for r in rows]
+            ax.plot(xs, ys, marker="o", label=name)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"MQAR {label}")
+        ax.set_xlabel("memory size (floats per sequence)")
+        ax.set_ylabel("accuracy")
+        ax.grid(alpha=0.3)
+    if labels:
+        axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
