@@ -16,7 +16,7 @@ BACKENDS = ("auto", "torch", "triton")
 
 
 def triton_available() -> bool:
-    """True when the `triton` package imports (the optional dependency `atlas-kernels[triton]`)."""
+    """True when the `triton` package imports (a Linux dependency of atlas-kernels; absent elsewhere)."""
     try:
         import triton  # noqa: F401
     except ImportError:
@@ -50,7 +50,7 @@ def select_backend(q: torch.Tensor, cfg: MemoryConfig, backend: str = "auto") ->
     if not isinstance(cfg, MemoryConfig):
         raise ValueError(f"cfg: expected a MemoryConfig, got {type(cfg).__name__}")
     if not triton_available():
-        raise ValueError("backend: 'triton' needs the triton package (pip install atlas-kernels[triton])")
+        raise ValueError("backend: 'triton' needs the triton package (pip install triton; Linux only)")
     from atlas_kernels.ops.memory.triton_linear import triton_unsupported
 
     unsupported = triton_unsupported(cfg, q if isinstance(q, torch.Tensor) else None)
