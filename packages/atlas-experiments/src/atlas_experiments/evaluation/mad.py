@@ -147,6 +147,11 @@ class MADProtocol:
             f"{self.steps} steps of batch {self.batch_size} per run (MAD: {PAPER_EPOCHS} epochs of batch {PAPER_BATCH} "
             "over the train set)"
         )
+        if self.num_train_examples is not None:
+            dev.append(
+                f"{self.num_train_examples} training sequences in every setting (MAD: 12800, 256 for memorization; "
+                "the train-size axis of the grid is dropped)"
+            )
         if self.num_test_examples not in (None, 1280) or self.grid != "paper":
             dev.append("test sets smaller than MAD's 1280 sequences")
         if set(self.tasks) != set(MAD_TASKS):
