@@ -52,12 +52,16 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
     win_k, win_v, win_g = state.halo_k, state.halo_v, state.halo_gamma
     keep = None if cfg.is_global else cfg.window - 1
     outputs = []
+    # Split once: indexing the full tensors per token makes the backward zero-fill a length-T gradient per
+    # token and input (O(T^2)); the backward of split / unbind concatenates once.
+    qs, ks, vs, gammas = (t.split(1, dim=2) for t in (x.q, x.k, x.v, x.gamma))
+    alphas, etas, thetas = (g.unbind(2) for g in (x.alpha, x.eta, x.theta))
     with torch.enable_grad():
         for t in range(T):
-            alpha = x.alpha[:, :, t, None, None]
-            win_k = torch.cat([win_k, x.k[:, :, t : t + 1]], dim=2)
-            win_v = torch.cat([win_v, x.v[:, :, t : t + 1]], dim=2)
-            win_g = torch.cat([win_g, x.gamma[:, :, t : t + 1]], dim=2)
+            alpha = alphas[t][:, :, None, None]
+            win_k = torch.cat([win_k, ks[t]], dim=2)
+            win_v = torch.cat([win_v, vs[t]], dim=2)
+            win_g = torch.cat([win_g, gammas[t]], dim=2)
             if t % chunk_size == 0:
                 base, decay = W, 1.0
                 chunk_start = MemoryState(W, S, win_k[:, :, :-1], win_v[:, :, :-1], win_g[:, :, :-1])
@@ -66,11 +70,11 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
                 grads = _window_grads(win_k, win_v, win_g, {n: decay * w for n, w in base.items()}, params, cfg)
             else:
                 grads = _window_grads(win_k, win_v, win_g, base, params, cfg)
-            eta = x.eta[:, :, t, None, None]
+            eta = etas[t][:, :, None, None]
             if cfg.optimizer == "gd":
                 W = {n: alpha * W[n] - eta * grads[n] for n in W}
             else:
-                theta = x.theta[:, :, t, None, None]
+                theta = thetas[t][:, :, None, None]
                 if cfg.optimizer == "momentum":
                     S = {n: theta * S[n] + eta * grads[n] for n in W}
                     W = {n: alpha * W[n] - S[n] for n in W}
@@ -82,7 +86,7 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
             if keep is not None:
                 start = win_k.shape[2] - keep
                 win_k, win_v, win_g = win_k[:, :, start:], win_v[:, :, start:], win_g[:, :, start:]
-            qt = x.q[:, :, t : t + 1]
+            qt = qs[t]
             outputs.append(memory_forward(qt, explicit_features(qt, params, cfg), W, params, cfg))
     o = torch.cat(outputs, dim=2) if outputs else x.v.new_zeros(B, H, 0, Dv)
     final = MemoryState(
