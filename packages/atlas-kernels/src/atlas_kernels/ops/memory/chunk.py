@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.utils.checkpoint
 
 from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.features import poly_kernel
@@ -35,8 +36,16 @@ from atlas_kernels.ops.newton_schulz import newton_schulz
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
-def memory_chunk_torch(q, k, v, gates, params, cfg: MemoryConfig, state: MemoryState | None = None):
-    """Chunkwise-parallel memory op in PyTorch. Arguments and returns as `atlas_kernels.memory_chunk`."""
+def memory_chunk_torch(
+    q, k, v, gates, params, cfg: MemoryConfig, state: MemoryState | None = None, checkpoint: bool | None = None
+):
+    """Chunkwise-parallel memory op in PyTorch. Arguments and returns as `atlas_kernels.memory_chunk`, plus:
+
+    checkpoint: recompute each chunk in the backward instead of keeping its intermediates, so that only the
+        chunk-boundary states (and the outputs) stay alive between forward and backward. Same values and
+        gradients, one extra chunk forward per chunk in the backward. None (default): on for optimizer="muon"
+        when a gradient will be taken, off otherwise (see `_default_checkpoint`).
+    """
     q, k, v, gates, state, n_pending = resume_inputs(q, k, v, gates, state)
     x = prepare_inputs(q, k, v, gates, params, cfg)
     out_dtype = x.k.dtype
@@ -50,16 +59,41 @@ def memory_chunk_torch(q, k, v, gates, params, cfg: MemoryConfig, state: MemoryS
         raise ValueError("state: an explicit-Taylor exp state (from memory_naive) cannot seed the chunk op")
     else:
         state = _cast_state(state, x.k.dtype)
+    if checkpoint is None:
+        checkpoint = _default_checkpoint(x, params, state, cfg)
     outputs, chunk_start = [], state
     for xc in _split_chunks(x, cfg.chunk_size):
         chunk_start = state
-        y, state = _chunk_step(xc, state, params, cfg)
+        if checkpoint:
+            # Non-reentrant: takes the state dataclass and params dict as they are and returns a MemoryState.
+            # No RNG is used inside a chunk, so there is no RNG state to preserve.
+            y, state = torch.utils.checkpoint.checkpoint(
+                _chunk_step, xc, state, params, cfg, use_reentrant=False, preserve_rng_state=False
+            )
+        else:
+            y, state = _chunk_step(xc, state, params, cfg)
         outputs.append(y)
     o = torch.cat(outputs, dim=2) if outputs else x.v.new_zeros(B, H, 0, Dv)
     tail = T % cfg.chunk_size
     if tail:
         state.resume, state.pending = chunk_start, pending_inputs(x, T - tail)
     return o[:, :, n_pending:].transpose(1, 2).to(out_dtype), state
+
+
+def _default_checkpoint(x: OpInputs, params, state: MemoryState, cfg: MemoryConfig) -> bool:
+    """Checkpoint Muon chunks whenever autograd records the op.
+
+    Muon materialises S_j, the Newton-Schulz iterates and W_j for every token of a chunk, and autograd keeps
+    them all: about 5.4 GB per 1k positions at B=2, H=4, D=32 (30 GB with poly p=2), so Atlas at 4K context
+    does not fit without recomputation. The chunk-boundary states cost |W| per chunk instead of per token.
+    The gd / momentum paths keep only per-token activations (vectors, not weights) and do not pay for the
+    recomputation by default. It is automatic rather than a MemoryConfig field because it changes no value.
+    """
+    if cfg.optimizer != "muon" or not torch.is_grad_enabled():
+        return False
+    tensors = [getattr(x, n) for n in OpInputs.__dataclass_fields__] + list(params.values())
+    tensors += list(state.tensors().values())
+    return any(t.requires_grad for t in tensors)
 
 
 def _split_chunks(x: OpInputs, size: int) -> list[OpInputs]:
@@ -267,9 +301,10 @@ def _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg):
         O = newton_schulz(S, cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps)
         W = d.A[..., None, None] * state.weights[name].unsqueeze(2)
         per_token[name] = W - torch.einsum("bhjm,bhmoi->bhjoi", decay_eta, O)
-        momentum[name] = S[:, :, -1]
+        momentum[name] = S[:, :, -1].clone()
     y = memory_forward(qc, fq, per_token, params, cfg)
-    return y, {n: w[:, :, -1] for n, w in per_token.items()}, momentum
+    # Copies, not views: a view of the last token would keep the chunk's per-token tensors alive with the state.
+    return y, {n: w[:, :, -1].clone() for n, w in per_token.items()}, momentum
 
 
 def _decay_first_chunk(qc, wk, fk, fq, wv, f0, d, eta, G, state, params, cfg):

@@ -1,0 +1,131 @@
+"""Activation checkpointing of the chunk op (float64): recomputing chunks in the backward changes nothing.
+
+Muon checkpoints by default when a gradient will be taken (its per-token weights would otherwise be kept for
+the backward); `checkpoint=True` / `False` forces either way for every configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from atlas_kernels import init_memory_params
+from atlas_kernels.ops.memory.chunk import memory_chunk_torch
+from atlas_kernels.testing import config_id, random_inputs, rel_err, valid_configs
+
+H, D = 2, 4
+EXP = dict(exp_init_keys=2, exp_taylor_degree=14)
+MUON = [
+    dataclasses.replace(c, window=3, chunk_size=4)
+    for c in valid_configs(optimizer="muon", bias="l2")
+    if c.feature_map != "exp"  # rejected with muon
+] + [
+    dataclasses.replace(
+        next(valid_configs(memory="mlp", optimizer="muon", feature_map="identity", bias="dot")), window=3, chunk_size=4
+    )
+]
+EVERY = [dataclasses.replace(c, window=3, chunk_size=4) for c in valid_configs(window=1, **EXP)]
+
+
+def _params(cfg, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    p = init_memory_params(cfg, H, D, D, dtype=torch.float64, generator=g)
+    return {n: t.requires_grad_(True) for n, t in p.items()}
+
+
+def _run(cfg, T, checkpoint, B=2, state_fn=None):
+    """Outputs, final state tensors and the gradients of every input of a loss over outputs and final state."""
+    q, k, v, gates = random_inputs(B, T, H, D, seed=T, requires_grad=True, eta_scale=0.3)
+    p = _params(cfg)
+    inputs = {"q": q, "k": k, "v": v, **{f"gate.{n}": t for n, t in gates.items()}, **p}
+    state = None
+    if state_fn is not None:  # a state carried from an earlier segment, itself requiring grad
+        state, extra = state_fn(p)
+        inputs.update(extra)
+    o, s = memory_chunk_torch(q, k, v, gates, p, cfg, state, checkpoint=checkpoint)
+    gen = torch.Generator().manual_seed(7)
+    loss = (o * torch.randn(o.shape, dtype=o.dtype, generator=gen)).sum()
+    final = s.tensors()
+    for t in final.values():
+        if t.requires_grad:
+            loss = loss + (t * torch.randn(t.shape, dtype=t.dtype, generator=gen)).sum()
+    grads = torch.autograd.grad(loss, list(inputs.values()), allow_unused=True)
+    return o.detach(), {n: t.detach() for n, t in final.items()}, dict(zip(inputs, grads))
+
+
+def _assert_same(ref, out, tol=1e-12):
+    (o_ref, s_ref, g_ref), (o, s, g) = ref, out
+    assert rel_err(o_ref, o) < tol
+    assert s_ref.keys() == s.keys()
+    for name in s_ref:
+        assert rel_err(s_ref[name], s[name]) < tol, name
+    for name in g_ref:
+        if g_ref[name] is None:
+            assert g[name] is None or g[name].abs().max() == 0, name
+            continue
+        assert g[name] is not None, name
+        assert rel_err(g_ref[name], g[name]) < tol, name
+
+
+@pytest.mark.parametrize("T", [7, 33])
+@pytest.mark.parametrize("cfg", MUON, ids=config_id)
+def test_muon_checkpoint_exact(cfg, T):
+    """b = 4 with a short last chunk, window 3 across chunk edges: outputs, state and every input gradient."""
+    _assert_same(_run(cfg, T, checkpoint=False), _run(cfg, T, checkpoint=True))
+
+
+@pytest.mark.parametrize("cfg", EVERY, ids=config_id)
+def test_forced_checkpoint_exact_every_config(cfg):
+    _assert_same(_run(cfg, 7, checkpoint=False), _run(cfg, 7, checkpoint=True))
+
+
+def test_muon_checkpoint_exact_through_carried_state():
+    """Gradients flow into the previous segment through a mid-chunk state (resume + pending tokens)."""
+    cfg = MUON[0]
+
+    def first_segment(p):
+        q, k, v, gates = random_inputs(2, 6, H, D, seed=99, requires_grad=True, eta_scale=0.3)
+        _, s = memory_chunk_torch(q, k, v, gates, p, cfg, checkpoint=False)
+        assert s.pending is not None  # 6 = one chunk + 2 pending tokens
+        return s, {"seg1.q": q, "seg1.k": k, "seg1.v": v, **{f"seg1.{n}": t for n, t in gates.items()}}
+
+    ref = _run(cfg, 9, checkpoint=False, state_fn=first_segment)
+    _assert_same(ref, _run(cfg, 9, checkpoint=True, state_fn=first_segment))
+
+
+def _saved_bytes(fn):
+    """Bytes that autograd keeps for the backward outside of any checkpointed region."""
+    saved = {}
+
+    def pack(t):
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(saved.values())
+
+
+def test_muon_checkpoints_by_default_when_grad_is_taken():
+    cfg = dataclasses.replace(MUON[0], chunk_size=4)
+    q, k, v, gates = random_inputs(2, 32, H, D, seed=0, requires_grad=True)
+    p = _params(cfg)
+    full = _saved_bytes(lambda: memory_chunk_torch(q, k, v, gates, p, cfg, checkpoint=False))
+    auto = _saved_bytes(lambda: memory_chunk_torch(q, k, v, gates, p, cfg))
+    assert auto < full / 20
+    # the end-of-chunk state owns its storage (a view would keep the chunk's per-token tensors alive)
+    _, s = memory_chunk_torch(q, k, v, gates, p, cfg)
+    for t in [*s.weights.values(), *s.momentum.values()]:
+        assert t._base is None
+
+
+def test_gd_and_momentum_do_not_checkpoint_by_default():
+    cfg = dataclasses.replace(
+        next(valid_configs(memory="mlp", optimizer="momentum", feature_map="identity")), chunk_size=4
+    )
+    q, k, v, gates = random_inputs(2, 16, H, D, seed=0, requires_grad=True)
+    p = _params(cfg)
+    full = _saved_bytes(lambda: memory_chunk_torch(q, k, v, gates, p, cfg, checkpoint=False))
+    assert _saved_bytes(lambda: memory_chunk_torch(q, k, v, gates, p, cfg)) == full
