@@ -21,10 +21,22 @@ before each cell the driver waits (bounded by `--idle-wait`) for the other proce
 machine, 2-thread OpenMP spin-waiting makes runs 10-100x slower: use `--omp-wait-policy PASSIVE` (and, as root,
 `--nice -10`). A watchdog aborts a cell whose RSS would exceed min(--max-mem-gb, 80% of MemAvailable).
 
+Before/after comparisons in one run: `--src LABEL=PATH` names another atlas-kernels source tree (for example a
+`git worktree` of an older commit, PATH = its packages/atlas-kernels/src); an op written `OP@LABEL` runs its
+cells with PATH first on PYTHONPATH, and the report gives OP / OP@LABEL ratios of speed and peak memory.
+
+Peak memory is RSS. With glibc's default malloc, freed blocks of the chunk loop are often not reused (its
+dynamic mmap threshold moves multi-MB tensors onto the heap), so RSS can stay near the no-recomputation
+level even when activation checkpointing frees the intermediates; set `MALLOC_MMAP_THRESHOLD_=131072` in the
+environment (the cells inherit it; the report prints it) to measure live memory instead.
+
 Examples:
     .venv/bin/python benchmarks/memory_op.py --nice -10 --omp-wait-policy PASSIVE --out benchmarks/memory_op.md
     .venv/bin/python benchmarks/memory_op.py --ops chunk-titans,titans-pt-b16 --lengths 256,1024 --repeats 3
     .venv/bin/python benchmarks/memory_op.py --profile chunk-titans:1024
+    git worktree add --detach /tmp/before HEAD~3
+    .venv/bin/python benchmarks/memory_op.py --src before=/tmp/before/packages/atlas-kernels/src \
+        --ops chunk-titans@before,chunk-titans --lengths 1024,2048
 """
 
 from __future__ import annotations
@@ -73,6 +85,16 @@ OPS: dict[str, tuple[str, dict, str]] = {
         dict(memory="mlp", optimizer="muon", feature_map="poly", poly_degree=2, bias="l2", window=4, chunk_size=CHUNK),
         "memory_chunk: Atlas: MLP, l2, muon (NS-5), poly p=2 (D=561), c=4, b=16",
     ),
+    "chunk-atlas-id-nockpt": (
+        "chunk",
+        dict(memory="mlp", optimizer="muon", feature_map="identity", bias="l2", window=4, chunk_size=CHUNK),
+        "chunk-atlas-id with checkpoint=False (memory_chunk_torch): every chunk's intermediates kept for the backward",
+    ),
+    "chunk-titans-ckpt": (
+        "chunk",
+        dict(memory="mlp", optimizer="momentum", feature_map="identity", bias="l2", window=1, chunk_size=CHUNK),
+        "chunk-titans with checkpoint=True (memory_chunk_torch): each chunk recomputed in the backward",
+    ),
     "naive-titans": (
         "naive",
         dict(memory="mlp", optimizer="momentum", feature_map="identity", bias="l2", window=1, chunk_size=CHUNK),
@@ -104,7 +126,14 @@ OPS: dict[str, tuple[str, dict, str]] = {
         "titans-pytorch NeuralMemory stock module (RMSNorm, q/k/v/out projections, retrieve gate), batch_size=16",
     ),
 }
-DEFAULT_OPS = [name for name in OPS if name != "naive-atlas"]
+# ops that call memory_chunk_torch with an explicit `checkpoint` (memory_chunk decides by itself)
+CHECKPOINT = {"chunk-atlas-id-nockpt": False, "chunk-titans-ckpt": True}
+DEFAULT_OPS = [name for name in OPS if name != "naive-atlas" and name not in CHECKPOINT]
+
+
+def _base(op: str) -> str:
+    """The OPS entry of an op name, without its `@LABEL` source suffix."""
+    return op.split("@", 1)[0]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -161,7 +190,7 @@ def _build(op: str, T: int, seed: int = 0):
     import torch
     import torch.nn.functional as F
 
-    kind, spec, _ = OPS[op]
+    kind, spec, _ = OPS[_base(op)]
     g = torch.Generator().manual_seed(seed + 1)
     grad_out = torch.randn(B, T, H * D, generator=g)
     if kind in ("chunk", "naive"):
@@ -173,6 +202,12 @@ def _build(op: str, T: int, seed: int = 0):
 
         cfg = MemoryConfig(**spec)
         fn = memory_chunk if kind == "chunk" else memory_naive
+        if _base(op) in CHECKPOINT:
+            import functools
+
+            from atlas_kernels.ops.memory.chunk import memory_chunk_torch
+
+            fn = functools.partial(memory_chunk_torch, checkpoint=CHECKPOINT[_base(op)])
         q, k, v, gates = random_inputs(
             B, T, H, D, dtype=torch.float32, seed=seed, requires_grad=True, gate_low=GATE_LOW, eta_scale=ETA_SCALE
         )
@@ -336,6 +371,9 @@ def _spawn(op: str, T: int, args) -> tuple[dict | None, str | None, float, float
     try:
         renice = (lambda: os.nice(args.nice)) if args.nice else None
         env = dict(os.environ)
+        if "@" in op:
+            src = args.src[op.split("@", 1)[1]]
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
         if args.omp_wait_policy:
             env["OMP_WAIT_POLICY"] = args.omp_wait_policy
         proc = subprocess.run(
@@ -498,6 +536,17 @@ def targets(cells: list[Cell]) -> str:
         ratio_line("chunk-titans", "titans-pt", T, 3, "MLP memory vs titans-pytorch (default, no refresh)")
     ops = list(dict.fromkeys(c.op for c in cells))
     for op in ops:
+        if "@" not in op:
+            continue
+        new = _base(op)
+        for T in lengths:
+            ca, cb = _find(cells, new, T), _find(cells, op, T)
+            if ca and cb:
+                lines.append(
+                    f"- {new} vs {op}, T={T}: tokens/s x{ca.tps / cb.tps:.2f}, "
+                    f"peak memory x{ca.result['peak_mb'] / max(cb.result['peak_mb'], 1e-3):.2f}"
+                )
+    for op in ops:
         done = [c for c in cells if c.op == op and c.result is not None]
         if len(done) >= 2:
             lo, hi = done[0], done[-1]
@@ -528,7 +577,12 @@ def report(cells: list[Cell], args, command: str, runtime_s: float) -> str:
         tp_version = version("titans-pytorch")
     except Exception:  # pragma: no cover
         tp_version = getattr(titans_pytorch, "__version__", "?")
-    legend = "\n".join(f"- `{name}`: {OPS[name][2]}" for name in args.ops)
+    legend = "\n".join(
+        f"- `{name}`: {OPS[_base(name)][2]}"
+        + (f"; atlas-kernels from `{args.src[name.split('@', 1)[1]]}`" if "@" in name else "")
+        for name in args.ops
+    )
+    malloc_env = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_"))
     return "\n".join(
         [
             f"Command: `{command}`",
@@ -536,6 +590,7 @@ def report(cells: list[Cell], args, command: str, runtime_s: float) -> str:
             f"Machine: {_machine()}; torch {torch.__version__}, titans-pytorch {tp_version}, "
             f"{args.threads} threads (torch.set_num_threads), float32, cells at nice {args.nice:+d}, "
             f"OMP_WAIT_POLICY={args.omp_wait_policy or os.environ.get('OMP_WAIT_POLICY', 'unset')}; "
+            f"malloc env: {malloc_env or 'none (glibc defaults)'}; "
             f"date {datetime.date.today().isoformat()}; "
             f"B={B}, H={H}, head dim {D}; total runtime {runtime_s:.0f} s.",
             "",
@@ -589,7 +644,19 @@ def _csv(kind):
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lengths", type=_csv(int), default=[256, 1024, 2048, 4096], help="sequence lengths T")
-    p.add_argument("--ops", type=_csv(str), default=DEFAULT_OPS, help=f"comma list of {', '.join(OPS)}")
+    p.add_argument(
+        "--ops",
+        type=_csv(str),
+        default=DEFAULT_OPS,
+        help=f"comma list of {', '.join(OPS)}; OP@LABEL runs OP with the source tree of --src LABEL=PATH",
+    )
+    p.add_argument(
+        "--src",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="another atlas-kernels source dir (e.g. a git worktree's packages/atlas-kernels/src), for OP@LABEL",
+    )
     p.add_argument("--repeats", type=int, default=3, help="timed repeats after the warm-up (median reported)")
     p.add_argument("--out", help="markdown file to write the results block into (replaced between markers)")
     p.add_argument("--block", default="results", help="name of the marked block of --out to (re)write")
@@ -613,9 +680,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--profile", metavar="OP:T", help="profile one fwd+bwd with torch.profiler and exit")
     p.add_argument("--_cell", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    unknown = [op for op in args.ops if op not in OPS]
+    if any("=" not in s for s in args.src):
+        p.error("--src: expected LABEL=PATH")
+    args.src = dict(s.split("=", 1) for s in args.src)
+    unknown = [op for op in args.ops if _base(op) not in OPS or ("@" in op and op.split("@", 1)[1] not in args.src)]
     if unknown:
-        p.error(f"unknown op(s) {unknown}; choose from {list(OPS)}")
+        p.error(f"unknown op(s) or --src label(s) {unknown}; choose from {list(OPS)}")
     args.lengths = sorted(args.lengths)
 
     if args._cell:
