@@ -2,6 +2,7 @@
 # Both create or reuse .venv and install the workspace first (scripts/bootstrap.sh).
 SHELL := /bin/bash
 VENV ?= .venv
+CORES ?= $(shell nproc 2>/dev/null || echo 2)
 export HF_DATASETS_OFFLINE ?= 1
 export HF_HUB_OFFLINE ?= 1
 export HF_HOME ?= $(CURDIR)/.cache/huggingface
@@ -12,8 +13,10 @@ export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.cache/inductor
 setup:
 	@bash scripts/bootstrap.sh
 
+# The whole embedded reproduction, corpus to report (config/config.yaml): progress as "N of M steps", each job's
+# log under results/embedded/logs/, reports in reports/embedded/, runs in results/embedded/mlflow.db.
 run: setup
-	$(VENV)/bin/atlas data prepare --config config/data/embedded.yaml --out results/data/embedded
+	$(VENV)/bin/snakemake --cores $(CORES)
 
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

@@ -52,10 +52,11 @@ def test_dry_run_builds_the_whole_dag(extra, tmp_path):
 
 
 def test_cluster_profile_dry_runs_with_slurm_and_the_paper_config(tmp_path):
-    env = {"ATLAS_SLURM_ACCOUNT": "acct", "ATLAS_SLURM_PARTITION": "gpu"}
+    env = {"ATLAS_SLURM_ACCOUNT": "acct", "ATLAS_SLURM_PARTITION": "gpu", "MLFLOW_TRACKING_URI": "http://10.0.0.5:5000"}
     res = _snakemake("--profile", "cluster", "-n", env=env, results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "config/paper.yaml" in res.stdout + res.stderr
+    assert "--tracking-uri http://10.0.0.5:5000" in res.stdout  # the shared server reaches every job
     assert _jobs(res.stdout)["train"] == 13 + 2 + 3 + 4 + 4  # models + the four ablation tables
 
 

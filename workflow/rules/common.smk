@@ -9,7 +9,10 @@ import pandas as pd
 from snakemake.utils import Paramspace
 
 RESULTS = config["results"]
+# Inputs the repository ships (data configs, ablation tables) resolve against its root; outputs against the
+# working directory (`snakemake --directory .test` keeps everything it writes under .test/).
 ROOT = Path(workflow.current_basedir).resolve().parents[1]  # this file is workflow/rules/common.smk
+RESULTS_ABS = Path(RESULTS).resolve()
 
 
 def atlas_cli():
@@ -22,8 +25,9 @@ ATLAS = atlas_cli()
 
 
 def tracking_uri():
-    db = (ROOT / RESULTS / "mlflow.db").resolve()
-    return config["tracking"].get("uri") or f"sqlite:///{db}"
+    """config tracking.uri, else $MLFLOW_TRACKING_URI (the cluster's shared server), else SQLite under results."""
+    db = RESULTS_ABS / "mlflow.db"
+    return config["tracking"].get("uri") or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{db}"
 
 
 def deep_merge(base, over):
@@ -67,15 +71,37 @@ def _wildcards_of(run):
 def train_config(study, run):
     """The resolved TrainConfig mapping of one run (passed to `atlas train` as JSON)."""
     preset, overrides = run_spec(study, run)
+    tracking = {"enabled": True, "uri": tracking_uri(), "experiment": study, "run_name": run}
+    if study.startswith("ablation_"):
+        tracking["parent"] = str(Path(parent_record(study.removeprefix("ablation_"))).resolve())
     cfg = deep_merge(
         config["train"]["defaults"],
         {
             "model": {"preset": preset, "size": config["train"]["size"], "overrides": overrides},
-            "data": {"path": str(ROOT / RESULTS / "data" / config["train"]["data"])},
-            "tracking": {"enabled": True, "uri": tracking_uri(), "experiment": study, "run_name": run},
+            "data": {"path": str(RESULTS_ABS / "data" / config["train"]["data"])},
+            "tracking": tracking,
         },
     )
     return cfg
+
+
+def parent_record(axis):
+    """The MLflow parent run of one ablation axis (its cells are nested under it)."""
+    return f"{RESULTS}/runs/ablation_{axis}/parent.json"
+
+
+def parent_params(axis):
+    """What defines an ablation study besides its cells: a change here starts a new parent (and reruns every cell)."""
+    base = config["ablations"]["base"]
+    return {"axis": axis, "table": config["ablations"]["tables"][axis], "base": base, "train": config["train"]}
+
+
+def train_inputs(wc):
+    """An ablation cell needs its parent record; `ancient` so a new cell never reruns its finished siblings."""
+    inputs = {"manifest": f"{RESULTS}/data/{config['train']['data']}/manifest.json"}
+    if wc.study.startswith("ablation_"):
+        inputs["parent"] = ancient(parent_record(wc.study.removeprefix("ablation_")))
+    return inputs
 
 
 def run_dir(study, run):
@@ -90,24 +116,25 @@ def pretrain_targets():
     return [final_checkpoint("pretrain", m) for m in config["models"]]
 
 
-def ablation_targets(axis):
+def ablation_cells(axis):
     return [final_checkpoint(f"ablation_{axis}", p) for p in ABLATIONS[axis].instance_patterns]
 
 
+def ablation_summary(axis):
+    return f"{RESULTS}/runs/ablation_{axis}/summary.json"
+
+
 def all_targets():
-    out = pretrain_targets()
-    for axis in ABLATIONS:
-        out += ablation_targets(axis)
-    return out
+    return pretrain_targets() + [ablation_summary(axis) for axis in ABLATIONS]
 
 
 # ---- evaluation
 EVAL_COMMANDS = {"ppl": "ppl", "lm_eval": "lm-eval", "niah": "niah", "babilong": "babilong"}
 
 
-def eval_args(task):
-    """config['evaluation'][task] (a mapping of CLI options) -> '--lengths 64,128 --samples 4 ...'."""
-    opts = config["evaluation"].get(task, {})
+def eval_args(task, section="evaluation"):
+    """config[section][task] (a mapping of CLI options) -> '--lengths 64,128 --samples 4 ...'."""
+    opts = config[section].get(task, {})
     parts = []
     for key, value in opts.items():
         flag = f"--{key.replace('_', '-')}"
@@ -120,8 +147,16 @@ def eval_targets():
     return [f"{RESULTS}/eval/{task}/{run}.json" for task in config["evaluation"]["tasks"] for run in config["models"]]
 
 
+def synthetic_targets():
+    spec = config.get("synthetic", {})
+    return [f"{RESULTS}/synthetic/{task}/{m}.json" for task in spec.get("tasks", []) for m in spec.get("models", [])]
+
+
 wildcard_constraints:
     study=r"pretrain|ablation_[a-z_]+",
+    axis="|".join(ABLATIONS) or "NONE",
     run=r"[A-Za-z0-9_.~\-]+",
     task=r"ppl|lm_eval|niah|babilong",
+    synthetic=r"mqar|mad",
+    preset=r"[a-z0-9_]+",
     dataset=r"[A-Za-z0-9_\-]+",

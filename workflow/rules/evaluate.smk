@@ -24,7 +24,7 @@ rule evaluate:
     benchmark:
         f"{RESULTS}/benchmarks/eval/{{task}}/{{run}}.tsv"
     shell:
-        "{params.atlas} eval {params.command} --checkpoint {params.checkpoint} --out {output.result} "
+        "OMP_NUM_THREADS={threads} {params.atlas} eval {params.command} --checkpoint {params.checkpoint} --out {output.result} "
         "--tracking-uri {params.uri:q} --experiment eval_{wildcards.task} --no-progress {params.args} > {log} 2>&1"
 
 

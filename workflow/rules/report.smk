@@ -9,12 +9,19 @@ rule report:
     input:
         runs=all_targets(),
         evals=eval_targets(),
+        synthetic=synthetic_targets(),
     output:
         index=report(f"{config['report_dir']}/README.md", caption="../report/index.rst", category="Overview"),
         pretrain=report(f"{config['report_dir']}/pretrain.md", caption="../report/pretrain.rst", category="Tables"),
         ablations=report(f"{config['report_dir']}/ablations.md", caption="../report/ablations.rst", category="Tables"),
         evaluations=report(
             f"{config['report_dir']}/evaluations.md", caption="../report/evaluations.rst", category="Tables"
+        ),
+        figures=report(
+            directory(f"{config['report_dir']}/figures"),
+            patterns=["{name}.png"],
+            caption="../report/figures.rst",
+            category="Figures",
         ),
     params:
         atlas=ATLAS,

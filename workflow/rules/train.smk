@@ -3,7 +3,7 @@
 
 rule train:
     input:
-        manifest=f"{RESULTS}/data/{config['train']['data']}/manifest.json",
+        unpack(train_inputs),
     output:
         done=f"{RESULTS}/runs/{{study}}/{{run}}/checkpoints/final/COMPLETE",
     params:
@@ -25,7 +25,7 @@ rule train:
         f"{RESULTS}/benchmarks/train/{{study}}/{{run}}.tsv"
     shell:
         "mkdir -p {params.out} && printf '%s' {params.config:q} > {params.out}/train.json && "
-        "{params.launcher} {params.atlas} train --config {params.out}/train.json --out {params.out} --resume auto "
+        "OMP_NUM_THREADS={threads} {params.launcher} {params.atlas} train --config {params.out}/train.json --out {params.out} --resume auto "
         "> {log} 2>&1"
 
 
@@ -34,10 +34,53 @@ rule pretrain:
         pretrain_targets(),
 
 
+localrules:
+    ablation_parent,
+    ablation_summary,
+
+
+rule ablation_parent:
+    output:
+        record=f"{RESULTS}/runs/ablation_{{axis}}/parent.json",
+    params:
+        atlas=ATLAS,
+        uri=tracking_uri(),
+        spec=lambda wc: json.dumps(parent_params(wc.axis), sort_keys=True),
+        table=lambda wc: str(ROOT / config["ablations"]["tables"][wc.axis]),
+    log:
+        f"{RESULTS}/logs/ablation/{{axis}}_parent.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/ablation/{{axis}}_parent.tsv"
+    conda:
+        "../envs/atlas.yaml"
+    shell:
+        "{params.atlas} track parent --uri {params.uri:q} --experiment ablation_{wildcards.axis} "
+        "--name {wildcards.axis} --record {output.record} --params {params.spec:q} --artifact {params.table:q} "
+        "> {log} 2>&1"
+
+
+rule ablation_summary:
+    input:
+        cells=lambda wc: ablation_cells(wc.axis),
+        record=lambda wc: parent_record(wc.axis),
+    output:
+        summary=f"{RESULTS}/runs/ablation_{{axis}}/summary.json",
+    params:
+        atlas=ATLAS,
+    log:
+        f"{RESULTS}/logs/ablation/{{axis}}_summary.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/ablation/{{axis}}_summary.tsv"
+    conda:
+        "../envs/atlas.yaml"
+    shell:
+        "{params.atlas} track summarize --record {input.record} --out {output.summary} > {log} 2>&1"
+
+
 for _axis in ABLATIONS:
 
     rule:
         name:
             f"ablation_{_axis}"
         input:
-            ablation_targets(_axis),
+            ablation_summary(_axis),

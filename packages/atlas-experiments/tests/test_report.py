@@ -1,5 +1,6 @@
 """`atlas report`: tables and figures are a function of the tracked runs."""
 
+from atlas_experiments import tracking
 from atlas_experiments.cli import main
 from atlas_experiments.tracking import MlflowTracker
 
@@ -20,9 +21,24 @@ def test_report_tables_and_figures(tmp_path):
         _run(uri, "pretrain", preset, {"model.preset": preset, "model.size": "tiny"}, steps)
     for c, vl in (("1", 3.4), ("4", 3.1)):
         _run(uri, "ablation_window", f"window~{c}", {"model.preset": "atlas"}, [(5, {"loss": vl, "val_loss": vl})])
+    _run(uri, "ablation_window", "window", {"axis": "window"}, [(0, {"best_val_loss": 3.1})],
+         tags={tracking.ROLE_TAG: "parent"})  # fmt: skip
     model = "results/x/runs/pretrain/atlas/checkpoints/final"
-    tags = {"task": "niah", "model": model, "deviations": "tiny"}
-    _run(uri, "eval", "niah:final", {}, [(0, {"acc/len=256/depth=0.5": 1.0})], tags=tags)
+    evals = {
+        "niah": {"acc": 0.5, "acc/niah_single_1/len=256": 1.0, "acc/niah_single_1/len=256/depth=0.5": 1.0,
+                 "acc/niah_single_2/len=256": 0.0, "acc/niah_single_2/len=256/depth=0.5": 0.0},
+        "ppl": {"ppl/len_64": 40.0, "ppl/len_128": 42.5},
+        "lm_eval": {"offline/cloze_acc": 0.54, "offline/word_ppl": 123.0, "lm_eval/atlas_cloze/acc": 0.54},
+        "babilong": {"acc": 0.25, "acc/len=0": 0.5, "acc/len=256": 0.0, "acc/qa1": 0.25},
+    }  # fmt: skip
+    for task, metrics in evals.items():
+        _run(uri, f"eval_{task}", f"{task}:pretrain/atlas", {}, [(0, metrics)], tags={"task": task, "model": model,
+                                                                             "deviations": "tiny"})  # fmt: skip
+    mqar = {"acc/atlas/d=64": 0.3, "acc/atlas/d=64/len=64/pairs=8": 0.2, "acc/atlas/d=64/len=32/pairs=4": 0.4,
+            "acc_init/atlas/d=64": 0.01, "acc_init/atlas/d=64/len=32/pairs=4": 0.01}  # fmt: skip
+    _run(uri, "eval_mqar", "mqar:atlas", {}, [(0, mqar)], tags={"task": "mqar", "model": "atlas"})
+    mad = {"acc/atlas/compression": 0.3, "acc/atlas/memorization": 0.9, "acc/atlas/average": 0.6}
+    _run(uri, "eval_mad", "mad:atlas", {}, [(0, mad)], tags={"task": "mad", "model": "atlas"})
 
     out = tmp_path / "reports"
     assert main(["report", "--tracking-uri", uri, "--out", str(out)]) == 0
@@ -31,11 +47,26 @@ def test_report_tables_and_figures(tmp_path):
     assert "18.9" in pretrain  # the paper's 760M Wiki ppl of Atlas beside ours
     ablations = (out / "ablations.md").read_text()
     assert "window=1" in ablations and "c = 1" in ablations and "21.98" in ablations
+    assert "window=" not in ablations.split("## window")[1].split("|")[0]  # the parent run is not a cell
+    assert ablations.count("| window=") == 2
     evaluations = (out / "evaluations.md").read_text()
-    assert "pretrain/atlas" in evaluations and "Table 3" in evaluations and "Protocol deviations: tiny" in evaluations
-    assert (out / "figures" / "pretrain_loss.png").stat().st_size > 1000
-    assert (out / "figures" / "ablation_window.png").stat().st_size > 1000
-    assert "5 tracked runs" in (out / "README.md").read_text()
+    assert "**niah**: tiny" in evaluations
+    lm = evaluations.split("## Language modeling")[1].split("\n## ")[0]
+    assert "| model | cloze acc | word ppl | ppl@64 | ppl@128 | paper 760M wiki ppl |" in lm
+    assert "| pretrain/atlas | 0.54 | 123 | 40 | 42.5 | 18.92 |" in lm
+    niah = evaluations.split("## S-NIAH")[1].split("\n## ")[0]
+    assert "| model | PK-256 | N-256 | mean |" in niah and "| pretrain/atlas | 100 | 0 | 50 |" in niah
+    assert "| atlas | 100 | 99.2 |" in niah  # the paper's Table 3 row
+    assert "| pretrain/atlas | 50 | 0 | 25 | 25 |" in evaluations  # BABILong: len 0, len 256, qa1, mean
+    mqar_table = evaluations.split("## MQAR")[1]
+    assert "| model | T32 P4 | T64 P8 | mean | untrained |" in mqar_table  # settings in numeric order
+    assert "| atlas d=64 | 0.4 | 0.2 | 0.3 | 0.01 |" in mqar_table
+    mad = evaluations.split("## MAD")[1]
+    assert "| model | compression | memorization | avg |" in mad and "| atlas | 30 | 90 | 60 |" in mad
+    assert "| atlas | 51.6 | 100 |" in mad  # the paper's Table 4 row
+    for fig in ("pretrain_loss", "ablation_window", "niah", "mqar"):
+        assert (out / "figures" / f"{fig}.png").stat().st_size > 1000, fig
+    assert "(2 pretraining, 2 ablation cells, 6 evaluations)" in (out / "README.md").read_text()
     first = pretrain
     assert main(["report", "--tracking-uri", uri, "--out", str(out)]) == 0
     assert (out / "pretrain.md").read_text() == first  # a pure function of the runs

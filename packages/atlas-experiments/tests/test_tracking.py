@@ -82,3 +82,49 @@ def test_sync_names_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
         (tmp_path / "config.json").write_text("{}")
         tracking.sync_run_dir(tmp_path, f"sqlite:///{tmp_path / 'db.db'}")
+
+
+def test_parent_record_is_reused_and_children_are_summarized(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    table = tmp_path / "window.tsv"
+    table.write_text("window\n1\n4\n")
+    record = tmp_path / "parent.json"
+    pid = tracking.open_parent(uri, "ablation_window", "window", record, {"base": {"preset": "atlas"}}, [table])
+    assert tracking.open_parent(uri, "ablation_window", "window", record) == pid  # reruns keep one parent
+    assert tracking.read_parent(record) == pid
+    for name, val in (("window~1", 3.0), ("window~4", 2.5)):
+        t = tracking.MlflowTracker(uri, "ablation_window", name, {tracking.PARENT_TAG: pid})
+        t.log_metrics({"val_loss": val, "loss": val + 0.1}, step=1)
+        t.end("FINISHED")
+    summary = tracking.summarize_children(uri, pid)
+    assert summary["best"] == "window~4"
+    assert summary["cells"]["window~1"]["val_loss"] == 3.0
+
+    runs = {r["run_name"]: r for r in tracking.load_runs(uri, ["ablation_window"])}
+    parent = runs["window"]
+    assert parent["tags"][tracking.ROLE_TAG] == "parent"
+    assert parent["metrics"][tracking.sanitize_key("val_loss/window~4")] == 2.5
+    assert parent["metrics"]["best_val_loss"] == 2.5
+    assert parent["params"]["base.preset"] == "atlas"
+    assert runs["window~1"]["tags"][tracking.PARENT_TAG] == pid
+
+
+def test_read_parent_names_the_bad_record(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        tracking.read_parent(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("[]")
+    with pytest.raises(ValueError, match="bad.json"):
+        tracking.read_parent(tmp_path / "bad.json")
+
+
+def test_train_run_nests_under_its_parent(tmp_path, prepared_data, train_dict):
+    from atlas_experiments.train import TrainConfig, loop
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    record = tmp_path / "parent.json"
+    pid = tracking.open_parent(uri, "ablation_x", "x", record)
+    cfg = train_dict(prepared_data, steps=2, tracking={"enabled": True, "uri": uri, "experiment": "ablation_x",
+                                                       "run_name": "x~1", "parent": str(record)})  # fmt: skip
+    loop.train(TrainConfig.from_dict(cfg), tmp_path / "run")
+    child = next(r for r in tracking.load_runs(uri, ["ablation_x"]) if r["run_name"] == "x~1")
+    assert child["tags"][tracking.PARENT_TAG] == pid and child["status"] == "FINISHED"

@@ -1,8 +1,16 @@
-"""`atlas track sync --run <dir>`: register a run directory in MLflow (when live tracking was unreachable)."""
+"""`atlas track`: MLflow utilities.
+
+- `sync --run <dir>`: register a run directory in MLflow (when live tracking was unreachable).
+- `parent --experiment E --name N --record R`: create a study's parent run (an ablation axis) whose id the
+  children's TrainConfig names through `tracking.parent: R`; reused while R exists.
+- `summarize --record R --out S`: log every child's final losses and the best cell on the parent; write S (JSON).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from pathlib import Path
 
 
@@ -15,6 +23,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--experiment", default=None)
     s.set_defaults(handler=sync)
 
+    pa = inner.add_parser("parent", help="create (or reuse) the parent run of a study, e.g. one ablation axis")
+    pa.add_argument("--uri", required=True, help="tracking URI")
+    pa.add_argument("--experiment", required=True, help="the study's experiment, e.g. ablation_window")
+    pa.add_argument("--name", required=True, help="parent run name")
+    pa.add_argument("--record", required=True, help="JSON file that keeps the parent's run id")
+    pa.add_argument("--params", default="{}", help="JSON mapping logged as the parent's params")
+    pa.add_argument("--artifact", action="append", default=[], help="file logged on the parent (repeatable)")
+    pa.set_defaults(handler=parent)
+
+    su = inner.add_parser("summarize", help="log the children's final losses and the best cell on the parent")
+    su.add_argument("--record", required=True, help="the parent record written by `atlas track parent`")
+    su.add_argument("--out", required=True, help="summary JSON")
+    su.set_defaults(handler=summarize)
+
 
 def sync(args: argparse.Namespace) -> int:
     from atlas_experiments import tracking
@@ -23,4 +45,33 @@ def sync(args: argparse.Namespace) -> int:
     uri = tracking.resolve_uri(args.uri, run.parent)
     run_id = tracking.sync_run_dir(run, uri, args.experiment)
     print(f"registered {run} as MLflow run {run_id} at {uri}")
+    return 0
+
+
+def parent(args: argparse.Namespace) -> int:
+    from atlas_experiments import tracking
+
+    try:
+        params = json.loads(args.params)
+    except ValueError as exc:
+        raise SystemExit(f"--params is not JSON: {exc}") from exc
+    for path in args.artifact:
+        if not Path(path).is_file():
+            raise SystemExit(f"--artifact {path}: no such file")
+    run_id = tracking.open_parent(args.uri, args.experiment, args.name, args.record, params, args.artifact)
+    print(f"parent run {args.experiment}/{args.name}: {run_id} (record {args.record})")
+    return 0
+
+
+def summarize(args: argparse.Namespace) -> int:
+    from atlas_experiments import tracking
+
+    parent_id = tracking.read_parent(args.record)
+    summary = tracking.summarize_children(json.loads(Path(args.record).read_text())["uri"], parent_id)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=2))
+    os.replace(tmp, out)
+    print(f"{len(summary['cells'])} cells under {parent_id}; best: {summary['best']}")
     return 0

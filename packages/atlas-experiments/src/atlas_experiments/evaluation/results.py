@@ -38,6 +38,16 @@ class EvalResult:
         }
 
 
+def model_label(model: str) -> str:
+    """A readable name of an evaluated model: `.../runs/<study>/<run>/checkpoints/final` -> `<study>/<run>`;
+    anything else (a preset, a config file) by its last path component."""
+    parts = Path(model).parts
+    if "runs" in parts and len(parts) > parts.index("runs") + 2:
+        i = parts.index("runs")
+        return "/".join(parts[i + 1 : i + 3])
+    return Path(model).name or model
+
+
 def write_result(result: EvalResult, path: str | Path) -> Path:
     """Write the results JSON atomically (temp file + rename)."""
     path = Path(path)
@@ -70,7 +80,7 @@ def track_result(
         **(tags or {}),
     }
     try:
-        name = run_name or f"{result.task}:{Path(result.model).name}"
+        name = run_name or f"{result.task}:{model_label(result.model)}"
         tracker = tracking.MlflowTracker(uri, experiment, name, all_tags)
     except Exception:  # tracking never fails an evaluation; the JSON is the record
         return None

@@ -14,41 +14,23 @@ Each file is written atomically; the same runs give the same tables.
 from __future__ import annotations
 
 import math
-import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from atlas_experiments import tracking
+from atlas_experiments.reporting import eval_tables, figures
 from atlas_experiments.reporting import paper_tables as paper
-
-
-def _fmt(x: Any, digits: int = 4) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "–"
-    if isinstance(x, float):
-        return f"{x:.{digits}g}" if abs(x) < 1e4 else f"{x:,.0f}"
-    return str(x)
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+from atlas_experiments.reporting.markdown import table as _table
+from atlas_experiments.reporting.markdown import write_atomic as _write
 
 
 def _latest_per_name(runs: list[dict]) -> list[dict]:
-    """A rerun of the same (experiment, run name) replaces the older record; finished runs win over failed."""
-    best: dict[tuple[str, str], dict] = {}
+    """A rerun of the same (experiment, run name, evaluated model) replaces the older record; finished runs win
+    over failed ones."""
+    best: dict[tuple[str, str, str], dict] = {}
     for run in sorted(runs, key=lambda r: (r["status"] == "FINISHED", r["start_time"] or 0)):
-        best[(run["experiment"], run["run_name"])] = run
+        best[(run["experiment"], run["run_name"], run["tags"].get("model", ""))] = run
     return sorted(best.values(), key=lambda r: (r["experiment"], r["run_name"]))
 
 
@@ -70,7 +52,7 @@ def _run_row(run: dict) -> list[Any]:
     ]
 
 
-def pretrain_report(runs: list[dict], uri: str, figures: Path) -> str:
+def pretrain_report(runs: list[dict], uri: str, fig_dir: Path) -> str:
     runs = [r for r in runs if r["experiment"] == "pretrain"]
     out = ["# Pretraining\n"]
     if not runs:
@@ -87,16 +69,16 @@ def pretrain_report(runs: list[dict], uri: str, figures: Path) -> str:
         "are Wikitext / LAMBADA perplexity and the mean of 8 zero-shot accuracies of 760M models trained on 30B "
         "FineWeb tokens. Compare orderings, not values.\n"
     )
-    if _loss_figure(runs, uri, figures / "pretrain_loss.png"):
+    if figures.loss_curves(runs, uri, fig_dir / "pretrain_loss.png"):
         out.append("\n![training loss](figures/pretrain_loss.png)\n")
     return "".join(out)
 
 
-def ablation_report(runs: list[dict], figures: Path) -> str:
+def ablation_report(runs: list[dict], fig_dir: Path) -> str:
     out = ["# Ablations (Table 6 / Fig. 5)\n"]
     by_axis = defaultdict(list)
     for run in runs:
-        if run["experiment"].startswith("ablation_"):
+        if run["experiment"].startswith("ablation_") and run["tags"].get(tracking.ROLE_TAG) != "parent":
             by_axis[run["experiment"].removeprefix("ablation_")].append(run)
     if not by_axis:
         return out[0] + "\nNo ablation runs are tracked yet.\n"
@@ -114,110 +96,53 @@ def ablation_report(runs: list[dict], figures: Path) -> str:
             )  # fmt: skip
         header = ["cell", "val loss", "val ppl", "train loss", "paper row", "paper LM ppl", "paper acc"]
         out.append(_table(header, rows))
-        if _bar_figure(axis, rows, figures / f"ablation_{axis}.png"):
+        bars = [(r[0], r[1]) for r in rows if r[1] is not None]
+        if figures.ablation_bars(axis, bars, fig_dir / f"ablation_{axis}.png"):
             out.append(f"\n![{axis}](figures/ablation_{axis}.png)\n")
     return "".join(out)
 
 
-def evaluation_report(runs: list[dict]) -> str:
-    out = ["# Evaluations\n"]
+def evaluation_report(runs: list[dict], fig_dir: Path) -> str:
+    """The paper's evaluation tables (2, 3, 4; Fig. 7 as a table), ours first and theirs below, plus figures."""
     evals = [r for r in runs if "task" in r["tags"]]
     if not evals:
-        return out[0] + "\nNo evaluation results are tracked yet.\n"
-    by_task = defaultdict(list)
-    for run in evals:
-        by_task[run["tags"]["task"]].append(run)
-    for task, items in sorted(by_task.items()):
-        out.append(f"\n## {task}\n\n")
-        keys = sorted({k for r in items for k in r["metrics"]})[:24]
-        rows = [[_model_name(r)] + [r["metrics"].get(k) for k in keys] for r in items]
-        out.append(_table(["model", *keys], rows))
-        deviations = sorted({r["tags"].get("deviations", "") for r in items} - {"", "none"})
-        if deviations:
-            out.append("\nProtocol deviations: " + " | ".join(deviations) + "\n")
-        if task == "niah":
-            out.append("\nPaper (Table 3, S-NIAH accuracy):\n\n")
-            out.append(_table(["model", *paper.NIAH_COLUMNS], [[k, *v] for k, v in paper.TABLE3_NIAH.items()]))
-        if task == "mad":
-            out.append("\nPaper (Table 4, MAD accuracy):\n\n")
-            out.append(_table(["model", *paper.MAD_COLUMNS], [[k, *v] for k, v in paper.TABLE4_MAD.items()]))
+        return "# Evaluations\n\nNo evaluation results are tracked yet.\n"
+    by_model = eval_tables.group_by_model(evals)
+    presets = {f"pretrain/{r['run_name']}": r["params"].get("model.preset") for r in runs
+               if r["experiment"] == "pretrain"}  # fmt: skip
+    out = [
+        "# Evaluations\n\nRows are our models (`<study>/<run>` for pretrained checkpoints, a preset name for "
+        "synthetic tasks, which train their own small models); the paper's numbers follow each table.\n"
+    ]
+    out.append(eval_tables.lm_section(by_model, presets.get))
+    out.append(eval_tables.niah_section(by_model))
+    if figures.niah_heatmaps(by_model, fig_dir / "niah.png"):
+        out.append("\n![S-NIAH accuracy by context length and needle depth](figures/niah.png)\n")
+    out.append(eval_tables.babilong_section(by_model))
+    out.append(eval_tables.mqar_section(by_model))
+    mqar = {
+        n: {c: v for c, v in r.items() if c not in ("mean", "untrained")}
+        for n, r in eval_tables.mqar_rows(by_model).items()
+    }
+    if figures.grouped_bars("MQAR", "accuracy", mqar, fig_dir / "mqar.png"):
+        out.append("\n![MQAR accuracy per setting](figures/mqar.png)\n")
+    out.append(eval_tables.mad_section(by_model))
+    out.append(eval_tables.deviations(evals))
     return "".join(out)
-
-
-def _model_name(run: dict) -> str:
-    model = run["tags"].get("model", run["run_name"])
-    parts = Path(model).parts
-    if "runs" in parts:  # .../runs/<study>/<run>/checkpoints/final
-        i = parts.index("runs")
-        return "/".join(parts[i + 1 : i + 3])
-    return model
-
-
-def _loss_figure(runs: list[dict], uri: str, path: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    drawn = 0
-    for run in runs:
-        hist = tracking.metric_history(uri, run["run_id"], "loss")
-        if hist:
-            ax.plot(*zip(*hist), label=run["run_name"], lw=1.2)
-            drawn += 1
-    if not drawn:
-        plt.close(fig)
-        return False
-    ax.set_xlabel("step")
-    ax.set_ylabel("train loss")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return True
-
-
-def _bar_figure(axis: str, rows: list[list[Any]], path: Path) -> bool:
-    values = [(r[0], r[1]) for r in rows if r[1] is not None]
-    if not values:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.bar([v[0] for v in values], [v[1] for v in values], color="#4c72b0")
-    ax.set_ylabel("validation loss")
-    ax.set_title(f"ablation: {axis}")
-    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
-    lo = min(v[1] for v in values)
-    ax.set_ylim(lo * 0.98, max(v[1] for v in values) * 1.01)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return True
 
 
 def build_reports(uri: str, out_dir: str | Path, title: str = "ATLAS reproduction") -> list[Path]:
     out = Path(out_dir)
     runs = _latest_per_name(tracking.load_runs(uri))
-    figures = out / "figures"
+    fig_dir = out / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)  # declared as an output even when no figure can be drawn yet
     pages = {
-        "pretrain.md": pretrain_report(runs, uri, figures),
-        "ablations.md": ablation_report(runs, figures),
-        "evaluations.md": evaluation_report(runs),
+        "pretrain.md": pretrain_report(runs, uri, fig_dir),
+        "ablations.md": ablation_report(runs, fig_dir),
+        "evaluations.md": evaluation_report(runs, fig_dir),
     }
     n_pre = sum(r["experiment"] == "pretrain" for r in runs)
-    n_abl = sum(r["experiment"].startswith("ablation_") for r in runs)
+    n_abl = sum(r["experiment"].startswith("ablation_") and r["tags"].get(tracking.ROLE_TAG) != "parent" for r in runs)
     n_eval = sum("task" in r["tags"] for r in runs)
     index = [
         f"# {title}\n\n",

@@ -80,6 +80,8 @@ class TrackingConfig:
     run_name: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     artifact_checkpoint: bool = False
+    # a parent-run record (`atlas track parent`): the run is nested under that run, e.g. an ablation's cells
+    parent: str | None = None
 
 
 @dataclass(frozen=True)

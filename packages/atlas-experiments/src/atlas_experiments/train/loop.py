@@ -157,7 +157,11 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
                 cfg.tracking.experiment,
                 cfg.tracking.run_name or out.name,
                 out,
-                {**tracking.standard_tags(resolved, info.world_size), **cfg.tracking.tags},
+                {
+                    **tracking.standard_tags(resolved, info.world_size),
+                    **cfg.tracking.tags,
+                    **({tracking.PARENT_TAG: tracking.read_parent(cfg.tracking.parent)} if cfg.tracking.parent else {}),
+                },
                 resume=start is not None,
             )
             tracker.log_params(tracking.flatten(resolved) if start is None else {})

@@ -1,0 +1,32 @@
+# Synthetic benchmarks that train their own small models from scratch: MQAR (Fig. 7) and MAD (Table 4).
+# One job per (task, preset); options per task come from config["synthetic"]; results JSON + figure + MLflow run
+# under the experiment eval_<task>.
+
+
+rule synthetic:
+    output:
+        result=f"{RESULTS}/synthetic/{{synthetic}}/{{preset}}.json",
+    params:
+        atlas=ATLAS,
+        args=lambda wc: eval_args(wc.synthetic, section="synthetic"),
+        uri=tracking_uri(),
+    threads: config["resources"]["eval"]["threads"]
+    resources:
+        gpu=config["resources"]["eval"]["gpu"],
+        mem_mb=config["resources"]["eval"]["mem_mb"],
+        runtime=config["resources"]["eval"]["runtime"],
+    conda:
+        "../envs/atlas.yaml"
+    log:
+        f"{RESULTS}/logs/synthetic/{{synthetic}}/{{preset}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/synthetic/{{synthetic}}/{{preset}}.tsv"
+    shell:
+        "OMP_NUM_THREADS={threads} {params.atlas} eval {wildcards.synthetic} --models {wildcards.preset} "
+        "--out {output.result} --threads {threads} --tracking-uri {params.uri:q} "
+        "--experiment eval_{wildcards.synthetic} --no-progress {params.args} > {log} 2>&1"
+
+
+rule synthetics:
+    input:
+        synthetic_targets(),
