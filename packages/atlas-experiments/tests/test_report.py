@@ -32,7 +32,8 @@ def test_report_tables_and_figures(tmp_path):
         "babilong": {"acc": 0.25, "acc/len=0": 0.5, "acc/len=256": 0.0, "acc/qa1": 0.25},
     }  # fmt: skip
     for task, metrics in evals.items():
-        _run(uri, f"eval_{task}", f"{task}:pretrain/atlas", {}, [(0, metrics)], tags={"task": task, "model": model,
+        tag = task.replace("_", "-")  # `atlas eval lm-eval` tags its runs with the command's name
+        _run(uri, f"eval_{task}", f"{task}:pretrain/atlas", {}, [(0, metrics)], tags={"task": tag, "model": model,
                                                                              "deviations": "tiny"})  # fmt: skip
     mqar = {"acc/atlas/d=64": 0.3, "acc/atlas/d=64/len=64/pairs=8": 0.2, "acc/atlas/d=64/len=32/pairs=4": 0.4,
             "acc_init/atlas/d=64": 0.01, "acc_init/atlas/d=64/len=32/pairs=4": 0.01}  # fmt: skip

@@ -171,17 +171,22 @@ def group_by_model(evals: list[dict]) -> dict[str, dict[str, dict]]:
     """model name -> task -> run (the latest per (experiment, run name) was picked upstream)."""
     out: dict[str, dict[str, dict]] = {}
     for run in evals:
-        out.setdefault(model_name(run), {})[run["tags"]["task"]] = run
+        out.setdefault(model_name(run), {})[task_key(run)] = run
     return out
 
 
+def task_key(run: dict) -> str:
+    """The `task` tag as a key: `lm-eval` (the command's name) -> `lm_eval`."""
+    return run["tags"]["task"].replace("-", "_")
+
+
 def deviations(evals: list[dict]) -> str:
-    by_task: dict[str, set[str]] = {}
+    """Each task's protocol deviations, every distinct item once (runs of one task share most of them)."""
+    by_task: dict[str, dict[str, None]] = {}
     for run in evals:
-        by_task.setdefault(run["tags"]["task"], set()).add(run["tags"].get("deviations", ""))
-    lines = ["\n## Protocol deviations\n"]
-    for task, devs in sorted(by_task.items()):
-        devs -= {"", "none"}
-        if devs:
-            lines.append(f"\n- **{task}**: " + " | ".join(sorted(devs)))
-    return "\n".join(lines) + "\n" if len(lines) > 1 else ""
+        items = by_task.setdefault(task_key(run), {})
+        for item in run["tags"].get("deviations", "").split("; "):
+            if item.strip() and item.strip() != "none":
+                items[item.strip()] = None
+    lines = [f"\n- **{task}**: " + "; ".join(items) for task, items in sorted(by_task.items()) if items]
+    return "\n## Protocol deviations\n" + "\n".join(lines) + "\n" if lines else ""
