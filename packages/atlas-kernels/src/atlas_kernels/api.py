@@ -28,6 +28,22 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def triton_unsupported(cfg: MemoryConfig, q: torch.Tensor | None = None):
+    """None when a Triton kernel covers this call, else (field, reason) of the first unsupported setting.
+
+    memory="linear" -> `triton_linear`, memory="mlp" -> `triton_mlp`; gated_mlp has no kernel.
+    """
+    if cfg.memory == "mlp":
+        from atlas_kernels.ops.memory.triton_mlp import triton_unsupported as mlp_unsupported
+
+        return mlp_unsupported(cfg, q)
+    if cfg.memory != "linear":
+        return "memory", f"memory={cfg.memory!r} (the Triton ops implement memory='linear' and 'mlp')"
+    from atlas_kernels.ops.memory.triton_linear import triton_unsupported as linear_unsupported
+
+    return linear_unsupported(cfg, q)
+
+
 def select_backend(q: torch.Tensor, cfg: MemoryConfig, backend: str = "auto") -> str:
     """The backend `memory_chunk` runs: "torch" or "triton" (see `memory_chunk` for the rules).
 
@@ -44,15 +60,11 @@ def select_backend(q: torch.Tensor, cfg: MemoryConfig, backend: str = "auto") ->
             return "torch"
         if q.dtype == torch.float64 or not triton_available():
             return "torch"
-        from atlas_kernels.ops.memory.triton_linear import triton_unsupported
-
         return "torch" if triton_unsupported(cfg, q) is not None else "triton"
     if not isinstance(cfg, MemoryConfig):
         raise ValueError(f"cfg: expected a MemoryConfig, got {type(cfg).__name__}")
     if not triton_available():
         raise ValueError("backend: 'triton' needs the triton package (pip install triton; Linux only)")
-    from atlas_kernels.ops.memory.triton_linear import triton_unsupported
-
     unsupported = triton_unsupported(cfg, q if isinstance(q, torch.Tensor) else None)
     if unsupported is not None:
         field, reason = unsupported
@@ -95,10 +107,12 @@ def memory_chunk(
             from W_0, S_0 = 0 and an empty window.
         backend: "auto" | "torch" | "triton".
             "torch": the PyTorch chunk op (every configuration, every dtype and device).
-            "triton": the Triton kernels (`ops/memory/triton_linear.py`), which cover memory="linear",
+            "triton": the Triton kernels (`ops/memory/triton_linear.py`, `ops/memory/triton_mlp.py`), which cover
+                memory "linear" or "mlp" (with or without memory_norm / residual, gelu or silu),
                 feature_map="identity", optimizer "gd" or "momentum", bias l2 or dot, a finite window with
-                c - 1 <= 64, decay_first, chunk_size <= 128, Dk <= 256, float16/bfloat16/float32 (float64 too:
-                exact under the interpreter, for tests; not meant for GPUs).
+                c - 1 <= 64, decay_first (linear), chunk_size <= 128, Dk <= 256, float16/bfloat16/float32
+                (float64 too: exact under the interpreter, for tests; not meant for GPUs). The MLP op's backward
+                is PyTorch (per-chunk recomputation from the stored chunk-start states).
                 Raises ValueError naming the field for anything else; needs CUDA tensors, or CPU tensors with
                 TRITON_INTERPRET=1 (set before the Triton modules are imported). Outputs, states and every
                 gradient match the torch op; states interoperate both ways (resume of pending tokens included).
@@ -108,6 +122,10 @@ def memory_chunk(
         (o [B, T, H, Dv] in the dtype of v, the MemoryState after the last token).
     """
     if select_backend(q, cfg, backend) == "triton":
+        if cfg.memory == "mlp":
+            from atlas_kernels.ops.memory.triton_mlp import memory_chunk_triton_mlp
+
+            return memory_chunk_triton_mlp(q, k, v, gates, params, cfg, state)
         from atlas_kernels.ops.memory.triton_linear import memory_chunk_triton
 
         return memory_chunk_triton(q, k, v, gates, params, cfg, state)

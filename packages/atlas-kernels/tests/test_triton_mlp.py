@@ -1,0 +1,205 @@
+"""Triton MLP memory == the torch chunk op and the naive oracle: outputs, final state, every input gradient.
+
+Interpreter-sized shapes (B <= 2, H = 2, T <= 33, D <= 6, hidden <= 24). float64 runs check the kernel and the
+recomputing backward to round-off; float32 runs check them against a float64 reference. torch.empty is
+NaN-poisoned (conftest `nan_empty`), so an output element the kernel forgets to write fails the comparison.
+"""
+
+import pytest
+import torch
+
+from atlas_kernels import MemoryConfig, api, init_memory_params, memory_chunk, memory_naive, memory_naive_chunked
+from atlas_kernels.testing import random_inputs, rel_err
+
+pytest.importorskip("triton")
+from atlas_kernels.ops.memory.triton_mlp import memory_chunk_triton_mlp  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("nan_empty")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+H = 2
+
+
+def _cfg(optimizer="gd", window=1, chunk_size=4, **kw):
+    return MemoryConfig(memory="mlp", optimizer=optimizer, window=window, chunk_size=chunk_size, **kw)
+
+
+def _case(cfg, B=1, T=11, Dk=4, Dv=None, dtype=torch.float64, seed=3, eta_scale=1.0):
+    Dv = Dv or Dk
+    q, k, v, gates = random_inputs(B, T, H, Dk, Dv, seed=seed, eta_scale=eta_scale)
+    if not cfg.uses_momentum:
+        del gates["theta"]
+    p = init_memory_params(cfg, H, Dk, Dv, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    if cfg.memory_norm:  # away from the (1, 0) init, so that the LN parameters matter
+        g = torch.Generator().manual_seed(seed + 1)
+        p["ln_weight"] = p["ln_weight"] + 0.3 * torch.randn(p["ln_weight"].shape, generator=g, dtype=torch.float64)
+        p["ln_bias"] = 0.3 * torch.randn(p["ln_bias"].shape, generator=g, dtype=torch.float64)
+    to = lambda t: t.to(device=DEVICE, dtype=dtype).requires_grad_()  # noqa: E731
+    return to(q), to(k), to(v), {n: to(g) for n, g in gates.items()}, {n: to(t) for n, t in p.items()}
+
+
+def _run(op, q, k, v, gates, p, cfg, state=None, seed=9):
+    """Forward, then the gradient of a loss that touches the outputs and every tensor of the final state."""
+    o, s = op(q, k, v, gates, p, cfg, state)
+    g = torch.Generator().manual_seed(seed)
+    loss = (o.double() * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.device)).sum()
+    for _, t in sorted(s.tensors().items()):
+        loss = loss + (t.double() * torch.randn(t.shape, generator=g, dtype=torch.float64).to(o.device)).sum()
+    leaves = {"q": q, "k": k, "v": v, **{f"gates.{n}": t for n, t in gates.items()}, **p}
+    grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+    return o, s, dict(zip(leaves, grads))
+
+
+def _assert_match(ref, out, tol):
+    (o_ref, s_ref, g_ref), (o, s, g) = ref, out
+    assert o.shape == o_ref.shape and torch.isfinite(o).all()
+    errs = {"o": rel_err(o_ref.double(), o.double())}
+    t_ref, t_out = s_ref.tensors(), s.tensors()
+    assert t_ref.keys() == t_out.keys()
+    errs.update({f"state.{n}": rel_err(t_ref[n].double(), t_out[n].double()) for n in t_ref})
+    for name, gr in g_ref.items():
+        assert g[name] is not None, name
+        errs[f"grad.{name}"] = rel_err(gr.double(), g[name].double())
+    bad = {n: e for n, e in errs.items() if not e < tol}
+    assert not bad, bad
+    return errs
+
+
+@pytest.mark.parametrize("optimizer", ["gd", "momentum"])
+@pytest.mark.parametrize("window", [1, 3])
+@pytest.mark.parametrize("chunk_size,T", [(4, 7), (4, 33)])
+def test_matches_torch_op_float64(optimizer, window, chunk_size, T):
+    cfg = _cfg(optimizer, window, chunk_size)
+    args = _case(cfg, T=T, eta_scale=0.3)
+    ref = _run(memory_chunk, *args, cfg)
+    out = _run(memory_chunk_triton_mlp, *args, cfg)
+    assert out[0].dtype == torch.float64
+    _assert_match(ref, out, 1e-10)
+
+
+@pytest.mark.parametrize("optimizer", ["gd", "momentum"])
+@pytest.mark.parametrize("window,chunk_size", [(1, 1), (2, 1), (3, 4), (6, 4)], ids=["b1", "b1-c2", "b4-c3", "b4-c6"])
+def test_matches_naive_oracle(window, chunk_size, optimizer):
+    """Against the token loop: b = 1 is the exact recurrence; window 6 > b reaches two chunks back."""
+    cfg = _cfg(optimizer, window, chunk_size)
+    args = _case(cfg, T=7, seed=5)
+    oracle = memory_naive if chunk_size == 1 else memory_naive_chunked
+    _assert_match(_run(oracle, *args, cfg), _run(memory_chunk_triton_mlp, *args, cfg), 1e-9)
+
+
+VARIANTS = {
+    "no-norm": ({"memory_norm": False}, {}),
+    "no-residual-Dv6": ({"residual": False}, {"Dv": 6}),
+    "silu": ({"activation": "silu"}, {}),
+    "dot-bias": ({"bias": "dot"}, {}),
+    "hidden-blocks-B2": ({"expansion": 4}, {"Dk": 5, "B": 2}),  # Dh = 20 in blocks of 16: a partial block
+    "expansion-1": ({"expansion": 1}, {}),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("optimizer", ["gd", "momentum"])
+def test_variants_match_torch_op(variant, optimizer):
+    fields, shape = VARIANTS[variant]
+    cfg = _cfg(optimizer, 3, 4, **fields)
+    args = _case(cfg, T=9, seed=7, **shape)
+    ref = _run(memory_chunk, *args, cfg)
+    out = _run(lambda *a: memory_chunk_triton_mlp(*a, block_h=16), *args, cfg)
+    _assert_match(ref, out, 1e-10)
+
+
+@pytest.mark.parametrize("optimizer", ["gd", "momentum"])
+def test_float32_error_ratio(optimizer):
+    cfg = _cfg(optimizer, 2, 16)
+    args64 = _case(cfg, T=33, Dk=8, eta_scale=0.3)
+    args32 = _case(cfg, T=33, Dk=8, eta_scale=0.3, dtype=torch.float32)
+    ref = _run(memory_chunk, *args64, cfg)
+    errs_torch = _assert_match(ref, _run(memory_chunk, *args32, cfg), 1e-3)
+    errs = _assert_match(ref, _run(memory_chunk_triton_mlp, *args32, cfg), 1e-3)
+    assert _run(memory_chunk_triton_mlp, *args32, cfg)[0].dtype == torch.float32
+    for name, e in errs.items():  # no worse than the torch op in float32 by more than a small factor
+        assert e <= 10 * errs_torch[name] + 1e-6, (name, e, errs_torch[name])
+
+
+@pytest.mark.parametrize("optimizer", ["gd", "momentum"])
+def test_segments_carry_state_and_gradients(optimizer):
+    """Two segments (the first ends inside a chunk: pending tokens, resume state) with the state kept in the
+    graph == one call, outputs and every gradient (through the halo and the resume weights)."""
+    cfg = _cfg(optimizer, 3, 4)
+    q, k, v, gates, p = _case(cfg, T=13, seed=11, eta_scale=0.5)
+
+    def two_segments(q, k, v, gates, p, cfg, state=None):
+        pieces = []
+        for a, b in ((0, 6), (6, None)):
+            seg_gates = {n: g[:, a:b] for n, g in gates.items()}
+            o, state = memory_chunk_triton_mlp(q[:, a:b], k[:, a:b], v[:, a:b], seg_gates, p, cfg, state)
+            pieces.append(o)
+        return torch.cat(pieces, 1), state
+
+    ref = _run(memory_chunk, q, k, v, gates, p, cfg)
+    out = _run(two_segments, q, k, v, gates, p, cfg)
+    _assert_match(ref, out, 1e-10)
+
+
+@pytest.mark.parametrize("optimizer", ["gd", "momentum"])
+def test_states_interoperate_with_the_torch_op(optimizer):
+    """torch -> triton -> torch over three segments, then decoding through backend="triton" == one call."""
+    cfg = _cfg(optimizer, 3, 4)
+    q, k, v, gates, p = _case(cfg, B=2, T=15, seed=2, eta_scale=0.5)
+    q, k, v = q.detach(), k.detach(), v.detach()
+    gates = {n: g.detach() for n, g in gates.items()}
+    p = {n: t.detach() for n, t in p.items()}
+    o_full, s_full = memory_chunk(q, k, v, gates, p, cfg)
+    sl = lambda a, b: (q[:, a:b], k[:, a:b], v[:, a:b], {n: g[:, a:b] for n, g in gates.items()}, p, cfg)  # noqa: E731
+    outs, state = [], None
+    for (a, b), op in zip([(0, 3), (3, 9), (9, 13)], [memory_chunk, memory_chunk_triton_mlp, memory_chunk]):
+        o, state = op(*sl(a, b), state)
+        outs.append(o)
+    for t in range(13, 15):
+        o, state = memory_chunk(*sl(t, t + 1), state, backend="triton")
+        outs.append(o)
+    assert rel_err(o_full, torch.cat(outs, 1)) < 1e-12
+    full, pieces = s_full.tensors(), state.tensors()
+    for name in full:
+        assert rel_err(full[name], pieces[name]) < 1e-12, name
+
+
+def test_empty_sequence_returns_the_state():
+    cfg = _cfg("momentum", 2, 4)
+    q, k, v, gates, p = _case(cfg, T=0)
+    o, s = memory_chunk_triton_mlp(q, k, v, gates, p, cfg)
+    assert o.shape == (1, 0, H, 4)
+    torch.testing.assert_close(s.weights["W1"], p["W1"].expand(1, *p["W1"].shape))
+    assert not s.momentum["W2"].any()
+
+
+def test_dispatch():
+    q = torch.zeros(1, 3, 2, 4)
+    assert api.select_backend(q, _cfg("momentum", 4), "triton") == "triton"  # interpreter (CPU) or CUDA
+    assert api.select_backend(q, _cfg("gd", 4), "auto") == ("triton" if q.is_cuda else "torch")
+    for cfg, field in (
+        (_cfg("muon"), "optimizer"),
+        (_cfg(feature_map="poly"), "feature_map"),
+        (_cfg(window="global"), "window"),
+        (_cfg(window=66), "window"),
+        (_cfg(chunk_size=256), "chunk_size"),
+        (MemoryConfig(memory="gated_mlp"), "memory"),
+    ):
+        with pytest.raises(ValueError, match=f"^{field}: not supported by backend='triton'"):
+            api.select_backend(q, cfg, "triton")
+        assert api.select_backend(q, cfg, "auto") == "torch"
+    with pytest.raises(ValueError, match="^optimizer: not supported by the Triton backend"):
+        memory_chunk_triton_mlp(*_case(_cfg("gd"), T=3), _cfg("muon"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path")
+def test_memory_chunk_backend_triton_runs_the_mlp_kernel(monkeypatch):
+    from atlas_kernels.ops.memory import triton_mlp
+
+    calls = []
+    real = triton_mlp.memory_chunk_triton_mlp
+    monkeypatch.setattr(triton_mlp, "memory_chunk_triton_mlp", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    cfg = _cfg("gd", 2)
+    args = _case(cfg, T=5)
+    o, _ = memory_chunk(*args, cfg, backend="triton")
+    assert calls
+    assert rel_err(memory_chunk(*args, cfg, backend="torch")[0], o) < 1e-12
