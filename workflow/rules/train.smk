@@ -12,6 +12,9 @@ rule train:
         config=lambda wc: json.dumps(train_config(wc.study, wc.run), sort_keys=True),
         out=lambda wc: run_dir(wc.study, wc.run),
         launcher=config["train"]["launcher"],
+        # torchrun starts one process per GPU: split the job's CPU threads between them (from the config, since a
+        # local dry run caps `threads` at its own --cores)
+        omp=max(1, config["resources"]["train"]["threads"] // max(1, config["resources"]["train"]["gpu"])),
     threads: config["resources"]["train"]["threads"]
     resources:
         gpu=config["resources"]["train"]["gpu"],
@@ -25,7 +28,7 @@ rule train:
         f"{RESULTS}/benchmarks/train/{{study}}/{{run}}.tsv"
     shell:
         "mkdir -p {params.out} && printf '%s' {params.config:q} > {params.out}/train.json && "
-        "OMP_NUM_THREADS={threads} {params.launcher} {params.atlas} train --config {params.out}/train.json --out {params.out} --resume auto "
+        "OMP_NUM_THREADS={params.omp} {params.launcher} {params.atlas} train --config {params.out}/train.json --out {params.out} --resume auto "
         "> {log} 2>&1"
 
 
