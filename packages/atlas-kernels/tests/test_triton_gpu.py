@@ -1,7 +1,7 @@
 """GPU checks of the Triton kernels at the paper's layer shapes (bf16 inputs; fp32 torch reference).
 
 Skipped without CUDA (`gpu` marker, root conftest). The same checks run inside `benchmarks/kernels_gpu.py`.
-340M: d_model 1024, 16 heads of 64; 760M: d_model 1536, 16 heads of 96.
+340M: d_model 1024, 16 heads of 64; 760M: d_model 1536, 16 heads of 96 (MLP memory: hidden 4x).
 """
 
 import pytest
@@ -27,6 +27,11 @@ CONFIGS = {
     ),
 }
 
+MLP_CONFIGS = {  # Titans (momentum, online) and OmegaNet-style (gd, window 4) MLP memories with the memory LN
+    "titans-momentum-c1": MemoryConfig(memory="mlp", optimizer="momentum", window=1, chunk_size=64),
+    "omega-gd-c4": MemoryConfig(memory="mlp", optimizer="gd", window=4, chunk_size=64),
+}
+
 
 def _assert_small(errs, tol):
     bad = {n: e for n, e in errs.items() if not e <= tol}
@@ -50,6 +55,47 @@ def test_linear_memory_fp32_odd_shape(optimizer):
     cfg = MemoryConfig(memory="linear", optimizer=optimizer, feature_map="identity", bias="l2", window=3, chunk_size=16)
     errs = check_linear_memory(cfg, 2, 333, 4, 48, 80, dtype=torch.float32, device="cuda")
     _assert_small(errs, 1e-4)
+
+
+def _assert_close_to_torch(errs, base, tol):
+    """The kernel's error ratio <= tol, or <= 3x the torch op's own error in the same dtype where rounding alone
+    exceeds tol (the memory LayerNorm amplifies rounding over long sequences; see the README's Numerics)."""
+    bad = {n: (e, base[n]) for n, e in errs.items() if not e <= max(tol, 3 * base[n])}
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=list(SHAPES))
+@pytest.mark.parametrize("config", MLP_CONFIGS, ids=list(MLP_CONFIGS))
+def test_mlp_memory_bf16_real_shapes(shape, config):
+    from atlas_kernels.ops.memory.triton_mlp_checks import check_mlp_memory
+
+    B, T, H, D = SHAPES[shape]
+    errs, base = check_mlp_memory(MLP_CONFIGS[config], B, T, H, D, dtype=torch.bfloat16, device="cuda", baseline=True)
+    _assert_close_to_torch(errs, base, 2e-2)
+
+
+@pytest.mark.parametrize("optimizer", ["gd", "momentum"])
+def test_mlp_memory_fp32_odd_shape(optimizer):
+    """T = 333 (a short last chunk), Dk = 48 (padded tiles), hidden 192 (six hidden blocks), window 3."""
+    from atlas_kernels.ops.memory.triton_mlp_checks import check_mlp_memory
+
+    cfg = MemoryConfig(memory="mlp", optimizer=optimizer, window=3, chunk_size=16)
+    errs, base = check_mlp_memory(cfg, 2, 333, 4, 48, dtype=torch.float32, device="cuda", baseline=True)
+    _assert_close_to_torch(errs, base, 1e-4)
+
+
+def test_mlp_memory_auto_backend_picks_triton():
+    from atlas_kernels import api, memory_chunk
+    from atlas_kernels.ops.memory.triton_mlp_checks import mlp_memory_inputs
+    from atlas_kernels.testing import rel_err
+
+    cfg = MLP_CONFIGS["omega-gd-c4"]
+    q, k, v, gates, p = mlp_memory_inputs(cfg, 2, 200, 4, 64, dtype=torch.float32, device="cuda")
+    assert api.select_backend(q, cfg, "auto") == "triton"
+    o, s = memory_chunk(q, k, v, gates, p, cfg)
+    o_ref, s_ref = memory_chunk(q, k, v, gates, p, cfg, backend="torch")
+    assert rel_err(o_ref, o) < 1e-4
+    assert rel_err(s_ref.weights["W2"], s.weights["W2"]) < 1e-4
 
 
 @pytest.mark.parametrize(

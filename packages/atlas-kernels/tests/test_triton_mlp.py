@@ -203,3 +203,37 @@ def test_memory_chunk_backend_triton_runs_the_mlp_kernel(monkeypatch):
     o, _ = memory_chunk(*args, cfg, backend="triton")
     assert calls
     assert rel_err(memory_chunk(*args, cfg, backend="torch")[0], o) < 1e-12
+
+
+def test_bfloat16_inputs_accumulate_in_float32():
+    """bf16 inputs: fp32 tiles and states (the interpreter's bf16 dot is wrong, so operands stay fp32 here; the
+    GPU tests cover bf16 operands). Reference: the torch op in float64 on the same rounded inputs."""
+    cfg = _cfg("momentum", 2, 8)
+    args64 = _case(cfg, T=17, Dk=8, eta_scale=0.3)
+
+    def make(dt):  # the same bf16-rounded inputs, held in dtype dt
+        rnd = lambda t: t.detach().to(torch.bfloat16).to(dt).requires_grad_()  # noqa: E731
+        q, k, v, gates, p = args64
+        return rnd(q), rnd(k), rnd(v), {n: rnd(t) for n, t in gates.items()}, {n: rnd(t) for n, t in p.items()}
+
+    ref = _run(memory_chunk, *make(torch.float64), cfg)
+    o, s, g = _run(memory_chunk_triton_mlp, *make(torch.bfloat16), cfg)
+    assert o.dtype == torch.bfloat16 and s.weights["W1"].dtype == torch.float32
+    assert s.momentum["W2"].dtype == torch.float32 and s.halo_k.dtype == torch.float32
+    assert rel_err(ref[0], o.double()) < 2e-2
+    for name, t in ref[1].tensors().items():
+        assert rel_err(t, s.tensors()[name].double()) < 1e-5, name
+    for name, gr in ref[2].items():
+        assert g[name].dtype == torch.bfloat16
+        assert rel_err(gr, g[name].double()) < 3e-2, name
+
+
+def test_gpu_check_helper_runs_on_cpu():
+    """The check the GPU tests and benchmark use, at an interpreter-sized shape in float32."""
+    from atlas_kernels.ops.memory.triton_mlp_checks import check_mlp_memory
+
+    cfg = _cfg("momentum", 3, 8)
+    errs, base = check_mlp_memory(cfg, 1, 19, H, 8, dtype=torch.float32, device=DEVICE, baseline=True)
+    assert {"o", "state.weights.W1", "state.momentum.W2", "grad.q", "grad.ln_weight", "grad.W2"} <= errs.keys()
+    assert errs.keys() == base.keys()
+    assert max(errs.values()) < 1e-5, errs

@@ -1,0 +1,90 @@
+"""Correctness check of the Triton MLP memory against the torch op at any shape and dtype.
+
+Shared by the GPU tests (`tests/test_triton_gpu.py`) and the GPU benchmark (`benchmarks/kernels_gpu.py`), like
+`triton_checks.check_linear_memory`: the kernel runs in the requested dtype, the torch reference in float32
+(float64 on CPU) on the *same* rounded inputs; the result is rms(out - ref) / rms(ref) per tensor (outputs, every
+final-state tensor, every input gradient). With `baseline=True` the torch op is also run in the requested dtype,
+so that a caller can tell the kernel's error from the error that the precision itself brings (the memory
+LayerNorm makes long recurrences sensitive to rounding, see the README's "Numerics").
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from atlas_kernels.config import MemoryConfig
+from atlas_kernels.ops.memory.params import init_memory_params
+from atlas_kernels.ops.memory.triton_checks import _reference_dtype, err_ratio
+
+
+def mlp_memory_inputs(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, eta_max=0.1):
+    """Titans-like random inputs: l2-normalised q, k [B, T, H, D]; v ~ N(0, 1); alpha in [0.9, 1); gamma in
+    [0.5, 1]; eta in [0, eta_max / c) (inner learning rates of Titans / Atlas are small; large ones make the
+    LN-normalised recurrence chaotic); with momentum theta in [0, 0.9). Params from `init_memory_params`."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    rand = lambda *s: torch.rand(*s, generator=g, device=device, dtype=torch.float32)  # noqa: E731
+    randn = lambda *s: torch.randn(*s, generator=g, device=device, dtype=torch.float32)  # noqa: E731
+    q = F.normalize(randn(B, T, H, D), dim=-1)
+    k = F.normalize(randn(B, T, H, D), dim=-1)
+    v = randn(B, T, H, D)
+    gates = {
+        "alpha": 0.9 + 0.1 * rand(B, T, H),
+        "eta": eta_max * rand(B, T, H) / cfg.window,
+        "gamma": 0.5 + 0.5 * rand(B, T, H),
+    }
+    if cfg.uses_momentum:
+        gates["theta"] = 0.9 * rand(B, T, H)
+    p = init_memory_params(cfg, H, D, D, dtype=torch.float32, generator=torch.Generator().manual_seed(seed))
+    cast = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
+    return cast(q), cast(k), cast(v), {n: cast(t) for n, t in gates.items()}, {n: cast(t) for n, t in p.items()}
+
+
+def _forward_backward(op, q, k, v, gates, params, cfg, weights):
+    leaves = {"q": q, "k": k, "v": v, **{f"gates.{n}": t for n, t in gates.items()}, **params}
+    leaves = {n: t.detach().clone().requires_grad_() for n, t in leaves.items()}
+    g = {n: leaves[f"gates.{n}"] for n in gates}
+    p = {n: leaves[n] for n in params}
+    o, s = op(leaves["q"], leaves["k"], leaves["v"], g, p, cfg)
+    w_o, w_state = weights
+    loss = (o.float() * w_o).sum()
+    for name, t in s.tensors().items():
+        if name in w_state:
+            loss = loss + (t.float() * w_state[name]).sum()
+    grads = torch.autograd.grad(loss, list(leaves.values()))
+    return o, s, dict(zip(leaves, grads))
+
+
+def _ratios(ref, out) -> dict[str, float]:
+    (o_ref, s_ref, g_ref), (o, s, g) = ref, out
+    errs = {"o": err_ratio(o_ref, o)}
+    t_ref, t_out = s_ref.tensors(), s.tensors()
+    errs.update({f"state.{n}": err_ratio(t_ref[n], t_out[n]) for n in t_ref})
+    errs.update({f"grad.{n}": err_ratio(g_ref[n], g[n]) for n in g_ref})
+    return errs
+
+
+def check_mlp_memory(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, baseline=False, eta_max=0.1):
+    """Error ratios of the Triton MLP memory (in `dtype`) against the torch chunk op (float32 on CUDA, float64 on
+    CPU): {"o", "state.<tensor>", "grad.<input>"}; with baseline=True, (triton ratios, torch-in-dtype ratios)."""
+    from atlas_kernels.ops.memory.chunk import memory_chunk_torch
+    from atlas_kernels.ops.memory.triton_mlp import memory_chunk_triton_mlp
+
+    inputs = mlp_memory_inputs(cfg, B, T, H, D, dtype=dtype, device=device, seed=seed, eta_max=eta_max)
+    up = lambda t: t.to(_reference_dtype(device))  # noqa: E731
+    q, k, v, gates, p = inputs
+    ref_inputs = (up(q), up(k), up(v), {n: up(t) for n, t in gates.items()}, {n: up(t) for n, t in p.items()})
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    w_o = torch.randn(B, T, H, D, generator=gen, device=device) / math.sqrt(B * T * H * D)
+    Dh = p["W1"].shape[-1]
+    w_state = {}
+    for name in ("weights.W1", "weights.W2") + (("momentum.W1", "momentum.W2") if cfg.uses_momentum else ()):
+        shape = (B, H, D, Dh) if name.endswith("W1") else (B, H, Dh, D)
+        w_state[name] = torch.randn(shape, generator=gen, device=device) / math.sqrt(B * H * D * Dh)
+    ref = _forward_backward(memory_chunk_torch, *ref_inputs, cfg, (w_o, w_state))
+    errs = _ratios(ref, _forward_backward(memory_chunk_triton_mlp, *inputs, cfg, (w_o, w_state)))
+    if not baseline:
+        return errs
+    return errs, _ratios(ref, _forward_backward(memory_chunk_torch, *inputs, cfg, (w_o, w_state)))
