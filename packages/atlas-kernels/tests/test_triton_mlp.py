@@ -73,7 +73,9 @@ def test_matches_torch_op_float64(optimizer, window, chunk_size, T):
     ref = _run(memory_chunk, *args, cfg)
     out = _run(memory_chunk_triton_mlp, *args, cfg)
     assert out[0].dtype == torch.float64
-    _assert_match(ref, out, 1e-10)
+    # The memory LN amplifies round-off along the sequence (README, Numerics): at T = 33 the torch op and the
+    # naive oracle themselves differ by up to 1.4e-10 on these inputs, the kernel by up to 4e-11.
+    _assert_match(ref, out, 1e-10 if T < 20 else 1e-9)
 
 
 @pytest.mark.parametrize("optimizer", ["gd", "momentum"])
