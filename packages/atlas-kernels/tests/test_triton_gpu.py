@@ -89,13 +89,16 @@ def test_mlp_memory_auto_backend_picks_triton():
     from atlas_kernels.ops.memory.triton_mlp_checks import mlp_memory_inputs
     from atlas_kernels.testing import rel_err
 
-    cfg = MLP_CONFIGS["omega-gd-c4"]
+    cfg = MemoryConfig(memory="mlp", optimizer="gd", window=4, chunk_size=16)  # fp32 tiles within shared memory
     q, k, v, gates, p = mlp_memory_inputs(cfg, 2, 200, 4, 64, dtype=torch.float32, device="cuda")
     assert api.select_backend(q, cfg, "auto") == "triton"
     o, s = memory_chunk(q, k, v, gates, p, cfg)
     o_ref, s_ref = memory_chunk(q, k, v, gates, p, cfg, backend="torch")
     assert rel_err(o_ref, o) < 1e-4
     assert rel_err(s_ref.weights["W2"], s.weights["W2"]) < 1e-4
+    big = MLP_CONFIGS["omega-gd-c4"]  # b = 64, c = 4 in fp32: the tile exceeds shared memory -> torch
+    assert api.select_backend(q, big, "auto") == "torch"
+    assert api.select_backend(q.bfloat16(), big, "auto") == "triton"
 
 
 @pytest.mark.parametrize(

@@ -239,3 +239,14 @@ def test_gpu_check_helper_runs_on_cpu():
     assert {"o", "state.weights.W1", "state.momentum.W2", "grad.q", "grad.ln_weight", "grad.W2"} <= errs.keys()
     assert errs.keys() == base.keys()
     assert max(errs.values()) < 1e-5, errs
+
+
+def test_gpu_shared_memory_guard():
+    """Tile sizes measured to compile for sm_90 within 227 KB pass; larger ones are refused (on CUDA) by name."""
+    from atlas_kernels.ops.memory.triton_mlp import gpu_tiles_fit
+
+    assert gpu_tiles_fit(_cfg(window=4, chunk_size=64), 96, torch.bfloat16)  # 760M, Omega c = 4
+    assert gpu_tiles_fit(_cfg(window=3, chunk_size=16), 48, torch.float32)  # the fp32 GPU test
+    assert gpu_tiles_fit(_cfg(window=4, chunk_size=32), 64, torch.float32)
+    assert not gpu_tiles_fit(_cfg(window=4, chunk_size=64), 64, torch.float32)
+    assert not gpu_tiles_fit(_cfg(window=4, chunk_size=128), 256, torch.bfloat16)

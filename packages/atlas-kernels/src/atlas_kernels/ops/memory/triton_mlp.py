@@ -51,6 +51,10 @@ MAX_CHUNK = 128
 MAX_HALO = 64
 MAX_KEY_DIM = 256
 HIDDEN_BLOCK = 32
+# Largest window x key tile (BW * BK) per dtype that fits the 227 KB of shared memory of an sm_90 block, from
+# offline sm_90 compiles of the momentum variant (num_warps 8, num_stages 1): bf16 operands 147 KB at 128 x 128;
+# 3xTF32 (fp32 inputs, hidden block 16) 139 KB at 64 x 64 but 229-262 KB at 128 x 64; fp64 not measured (tests).
+GPU_TILE_LIMIT = {torch.bfloat16: 128 * 128, torch.float16: 128 * 128, torch.float32: 64 * 64, torch.float64: 32 * 32}
 
 
 @triton.jit
@@ -233,9 +237,10 @@ def _mlp_fwd_kernel(
         tl.debug_barrier()
 
 
-def _blocks(chunk: int, NH: int, K: int, V: int, DH: int, block_h: int | None):
+def _blocks(chunk: int, NH: int, K: int, V: int, DH: int, block_h: int | None, prec: str = "ieee"):
     p2 = lambda n: max(16, triton.next_power_of_2(max(n, 1)))  # noqa: E731  (tl.dot needs dims >= 16)
-    BD = block_h or min(HIDDEN_BLOCK, p2(DH))
+    # 3xTF32 operands take twice the shared memory of bf16 ones: a narrower hidden block keeps them in 227 KB
+    BD = block_h or min(16 if prec == "tf32x3" else HIDDEN_BLOCK, p2(DH))
     return p2(chunk), p2(chunk + NH), p2(K), p2(V), BD
 
 
@@ -252,7 +257,7 @@ class MLPMemoryFunction(torch.autograd.Function):
         NT = triton.cdiv(T, cfg.chunk_size)
         momentum = cfg.optimizer == "momentum"
         acc_torch, acc, prec = _compute(k.dtype, k.device)
-        BT, BW, BK, BV, BD = _blocks(cfg.chunk_size, NH, K, V, DH, block_h)
+        BT, BW, BK, BV, BD = _blocks(cfg.chunk_size, NH, K, V, DH, block_h, prec)
         dev = k.device
         w1buf = torch.empty(B, H, NT + 1, V, DH, dtype=acc_torch, device=dev)
         w2buf = torch.empty(B, H, NT + 1, DH, K, dtype=acc_torch, device=dev)
@@ -373,7 +378,18 @@ def triton_unsupported(cfg: MemoryConfig, q: torch.Tensor | None = None):
             return "q", f"dtype {q.dtype}"
         if q.dim() == 4 and q.shape[-1] > MAX_KEY_DIM:
             return "q", f"key dim {q.shape[-1]} (the Triton MLP op supports Dk <= {MAX_KEY_DIM})"
+        if q.is_cuda and q.dim() == 4 and not gpu_tiles_fit(cfg, q.shape[-1], q.dtype):
+            return "q", (
+                f"dtype {q.dtype} with chunk_size={cfg.chunk_size}, window={cfg.window}, key dim {q.shape[-1]}: the "
+                "window x key tile exceeds the GPU shared memory (use bf16 inputs or a smaller chunk_size)"
+            )
     return None
+
+
+def gpu_tiles_fit(cfg: MemoryConfig, key_dim: int, dtype: torch.dtype) -> bool:
+    """Whether the forward kernel's window x key tile fits an sm_90 block's shared memory (`GPU_TILE_LIMIT`)."""
+    _, BW, BK, _, _ = _blocks(cfg.chunk_size, cfg.window - 1, key_dim, key_dim, 16, None)
+    return GPU_TILE_LIMIT.get(dtype, 0) >= BW * BK
 
 
 def memory_chunk_triton_mlp(q, k, v, gates, params, cfg: MemoryConfig, state: MemoryState | None = None, block_h=None):
