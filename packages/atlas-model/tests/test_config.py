@@ -125,6 +125,7 @@ def test_config_round_trips_through_json(tmp_path):
         ({"mixer": "rnn"}, "mixer"),
         ({"memory_init": "zero"}, "memory_init"),
         ({"alpha_init": 1.0}, "alpha_init"),
+        ({"eta_init": 0.0}, "eta_init"),
         ({"eta_max": 0.0}, "eta_max"),
         ({"conv_size": 0}, "conv_size"),
         ({"memory_backend": "cuda"}, "memory_backend"),

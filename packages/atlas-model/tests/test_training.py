@@ -56,6 +56,18 @@ def test_gates_start_at_their_configured_values(make_model):
         torch.testing.assert_close(gates[name], torch.full_like(gates[name], value))
 
 
+@pytest.mark.parametrize(
+    ("preset", "eta"), [("atlas", 0.02), ("atlas_pp", 0.02), ("omeganet", 0.5), ("gated_deltanet", 0.5)]
+)
+def test_default_inner_lr_depends_on_the_optimizer(make_model, preset, eta):
+    """eta_init=None: Muon starts at the spectral step 0.02, gd / momentum at beta = 0.5 (AtlasConfig.initial_eta)."""
+    model = make_model(preset)
+    assert model.config.eta_init is None and model.config.initial_eta == eta
+    layer = model.model.layers[0].mixers[0]
+    gates = layer.gate_values(torch.zeros(1, 2, model.config.hidden_size), None)
+    torch.testing.assert_close(gates["eta"], torch.full_like(gates["eta"], eta))
+
+
 def test_gradient_checkpointing_gives_the_same_gradients(make_model, make_ids):
     ids = make_ids(VOCAB, BATCH, LENGTH)
     grads = []

@@ -28,6 +28,10 @@ MEMORY_MIXERS = ("memory", "mag", "mal", "mac")
 SWA_MIXERS = ("swa", "mag", "mal")
 MEMORY_INIT = ("shared", "per_head", "zero")
 MEMORY_BACKENDS = ("auto", "torch", "triton")
+# eta_init defaults by inner optimizer (AtlasConfig.initial_eta): Muon's orthogonalised step has unit singular
+# values, so eta is its spectral step size (Muon's usual lr); gd / momentum keep the delta rule's beta = 0.5.
+MUON_ETA_INIT = 0.02
+DELTA_ETA_INIT = 0.5
 
 
 class AtlasConfigError(ValueError):
@@ -73,6 +77,11 @@ class AtlasConfig(PreTrainedConfig):
         use_gamma_gate: data-dependent window gate gamma_i of each token (built only when the window c > 1).
         alpha_init, eta_init, theta_init, gamma_init: gate values at initialisation (the sigmoid bias is their
             logit; eta_init is a fraction of eta_max). alpha 0.98 gives a memory horizon of about 50 tokens.
+            eta_init None (default) resolves by optimizer (`initial_eta`): 0.02 for Muon, whose step
+            eta NS_k(S) has singular values near 1 whatever the gradient's scale, so eta is a per-token spectral
+            step (0.02 is Muon's usual learning rate; 0.5 rewrote most of the tiny memories every token and left
+            Atlas far behind Gated DeltaNet on MQAR, see atlas-experiments docs/eval-synthetic.md, Investigation);
+            0.5 for gd and momentum (the delta rule's beta).
         conv_size: width of the causal depthwise convolution after the q, k, v projections (paper: 4).
         use_short_conv: the short convolution (+ SiLU) on q, k, v of the memory layers.
         use_output_gate: o = RMSNorm(o) * SiLU(x W_g) before the output projection of the memory layers.
@@ -108,7 +117,7 @@ class AtlasConfig(PreTrainedConfig):
     use_alpha_gate: bool = True
     use_gamma_gate: bool = True
     alpha_init: float = 0.98
-    eta_init: float = 0.5
+    eta_init: float | None = None
     theta_init: float = 0.5
     gamma_init: float = 0.9
     conv_size: int = 4
@@ -148,6 +157,14 @@ class AtlasConfig(PreTrainedConfig):
     @property
     def memory_head_dim(self) -> int:
         return self.hidden_size // self.memory_heads
+
+    @property
+    def initial_eta(self) -> float:
+        """eta_init, or its default by inner optimizer: 0.02 for Muon, 0.5 for gd / momentum."""
+        if self.eta_init is not None:
+            return self.eta_init
+        muon = self.memory is not None and self.memory.get("optimizer") == "muon"
+        return MUON_ETA_INIT if muon else DELTA_ETA_INIT
 
     def memory_config(self) -> MemoryConfig:
         """The typed `atlas_kernels.MemoryConfig` of the memory layers."""
@@ -202,6 +219,8 @@ class AtlasConfig(PreTrainedConfig):
             )
         for name in ("alpha_init", "eta_init", "theta_init", "gamma_init"):
             value = getattr(self, name)
+            if name == "eta_init" and value is None:
+                continue
             if not 0.0 < value < 1.0:
                 raise AtlasConfigError(f"{name}: expected a value in (0, 1) (a sigmoid output), got {value!r}")
         for name in ("eta_max", "memory_init_scale", "rms_norm_eps", "initializer_range", "rope_theta"):

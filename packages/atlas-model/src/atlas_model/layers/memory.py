@@ -43,7 +43,7 @@ class MemoryLayer(nn.Module):
             if config.use_short_conv
             else None
         )
-        initial = {"eta": config.eta_init}
+        initial = {"eta": config.initial_eta}
         if config.use_alpha_gate:
             initial["alpha"] = config.alpha_init
         if self.mem_cfg.uses_momentum:
