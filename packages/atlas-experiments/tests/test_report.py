@@ -38,7 +38,8 @@ def test_report_tables_and_figures(tmp_path):
     mqar = {"acc/atlas/d=64": 0.3, "acc/atlas/d=64/len=64/pairs=8": 0.2, "acc/atlas/d=64/len=32/pairs=4": 0.4,
             "acc_init/atlas/d=64": 0.01, "acc_init/atlas/d=64/len=32/pairs=4": 0.01}  # fmt: skip
     _run(uri, "eval_mqar", "mqar:atlas", {}, [(0, mqar)], tags={"task": "mqar", "model": "atlas"})
-    mad = {"acc/atlas/compression": 0.3, "acc/atlas/memorization": 0.9, "acc/atlas/average": 0.6}
+    mad = {"acc/atlas/compression": 0.3, "acc/atlas/memorization": 0.9, "acc/atlas/in_context_recall": 0.6,
+           "acc/atlas/average": 0.6}  # fmt: skip
     _run(uri, "eval_mad", "mad:atlas", {}, [(0, mad)], tags={"task": "mad", "model": "atlas"})
 
     out = tmp_path / "reports"
@@ -63,7 +64,7 @@ def test_report_tables_and_figures(tmp_path):
     assert "| model | T32 P4 | T64 P8 | mean | untrained |" in mqar_table  # settings in numeric order
     assert "| atlas d=64 | 0.4 | 0.2 | 0.3 | 0.01 |" in mqar_table
     mad = evaluations.split("## MAD")[1]
-    assert "| model | compression | memorization | avg |" in mad and "| atlas | 30 | 90 | 60 |" in mad
+    assert "| model | compression | icr | memorization | avg all |" in mad and "| atlas | 30 | 60 | 90 | 60 |" in mad
     assert "| atlas | 51.6 | 100 |" in mad  # the paper's Table 4 row
     for fig in ("pretrain_loss", "ablation_window", "niah", "mqar"):
         assert (out / "figures" / f"{fig}.png").stat().st_size > 1000, fig

@@ -82,20 +82,26 @@ def niah_heatmaps(by_model: dict[str, dict[str, Any]], path: Path) -> bool:
     n = len(grids)
     cols = min(n, 4)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
-    for ax, (name, grid) in zip(axes.flat, grids.items()):
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols + 1, 2.4 * rows), squeeze=False, layout="constrained")
+    for i, (ax, (name, grid)) in enumerate(zip(axes.flat, grids.items())):
         lengths = sorted({k[0] for k in grid})
         depths = sorted({k[1] for k in grid})
         data = [[grid.get((n_, d), float("nan")) for n_ in lengths] for d in depths]
         im = ax.imshow(data, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+        for y, row in enumerate(data):  # the value in each cell: an all-zero grid still reads as data
+            for x, value in enumerate(row):
+                ax.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if value < 0.6 else "black")  # fmt: skip
         ax.set_xticks(range(len(lengths)), [str(x) for x in lengths], fontsize=7)
         ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=7)
         ax.set_title(name, fontsize=8)
-        ax.set_xlabel("context length", fontsize=7)
-        ax.set_ylabel("needle depth", fontsize=7)
+        if i // cols == rows - 1 or i + cols >= n:
+            ax.set_xlabel("context length", fontsize=7)
+        if i % cols == 0:
+            ax.set_ylabel("needle depth", fontsize=7)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="accuracy")
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="accuracy (mean over needle types)")
     _save(fig, path)
     return True
 
