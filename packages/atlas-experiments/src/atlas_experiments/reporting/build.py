@@ -131,6 +131,12 @@ def evaluation_report(runs: list[dict], fig_dir: Path) -> str:
     return "".join(out)
 
 
+def _shown(uri: str) -> str:
+    """A SQLite store under the working directory by its relative path: committed reports name no machine."""
+    prefix = f"sqlite:///{Path.cwd()}/"
+    return "sqlite:///" + uri[len(prefix) :] if uri.startswith(prefix) else uri
+
+
 def build_reports(uri: str, out_dir: str | Path, title: str = "ATLAS reproduction") -> list[Path]:
     out = Path(out_dir)
     runs = _latest_per_name(tracking.load_runs(uri))
@@ -147,7 +153,7 @@ def build_reports(uri: str, out_dir: str | Path, title: str = "ATLAS reproductio
     index = [
         f"# {title}\n\n",
         f"Built from {len(runs)} tracked runs ({n_pre} pretraining, {n_abl} ablation cells, {n_eval} evaluations) "
-        f"in `{uri}`.\n\n",
+        f"in `{_shown(uri)}`.\n\n",
         "- [Pretraining](pretrain.md)\n- [Ablations](ablations.md)\n- [Evaluations](evaluations.md)\n\n",
         "Scale: the paper trains 340M-1.3B models on 15-100B FineWeb tokens at 4K context; a run's size, token "
         "count and data are in its row. The embedded default (tiny models, a Bible corpus, CPU, minutes) checks "
