@@ -144,3 +144,23 @@ def test_bad_config_is_rejected_by_the_constructor_too():
         AtlasConfig(hidden_size=64, num_attention_heads=6)
     with pytest.raises(AtlasConfigError, match="^memory"):
         AtlasConfig(mixer="memory", memory=None)
+
+
+def test_memory_decay_target_passes_through_and_trains(make_model, make_ids):
+    """decay_target="init" (atlas-kernels 0.2.0: decay toward W_0) is a plain MemoryConfig key of `memory`."""
+    import torch
+
+    assert AtlasConfig.from_preset("atlas", "tiny").memory_config().decay_target == "zero"  # the paper
+    cfg = AtlasConfig.from_preset("atlas", size="tiny", memory={"decay_target": "init"})
+    assert cfg.memory_config().decay_target == "init"
+    model = make_model("atlas", vocab_size=64, memory={"decay_target": "init"}).train()
+    ids = make_ids(64, 1, 12)
+    out = model(ids, labels=ids)
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    assert all(g is not None and torch.isfinite(g).all() for g in grads.values())
+    # the initial memory weights W_0 get a gradient (also through the decay target)
+    assert any("W1" in n and g.abs().sum() > 0 for n, g in grads.items())
+    with pytest.raises(AtlasConfigError, match="^memory: decay_target: expected one of zero, init"):
+        AtlasConfig.from_preset("atlas", "tiny", memory={"decay_target": "w0"})

@@ -12,6 +12,7 @@ The op is the Miras/ATLAS family in one parametrisation (DESIGN.md section 2):
     update  gd:       W_t = alpha_t W_{t-1} - eta_t grad L_t(W_{t-1})
             momentum: S_t = theta_t S_{t-1} + eta_t grad L_t(W_{t-1});  W_t = alpha_t W_{t-1} - S_t
             muon:     S_t = theta_t S_{t-1} + grad L_t(W_{t-1});        W_t = alpha_t W_{t-1} - eta_t NS_k(S_t)
+        (decay_target="init" replaces every alpha_t W_{t-1} by W_0 + alpha_t (W_{t-1} - W_0))
     output  y_t = f(q_t; W_t)            (retrieve after the update)
 
 Chunk size b: inside a chunk every gradient is taken at the chunk-start weights; b = 1 is the exact
@@ -29,12 +30,14 @@ BiasKind = Literal["l2", "dot"]
 OptimizerKind = Literal["gd", "momentum", "muon"]
 FeatureKind = Literal["identity", "poly", "exp"]
 ActivationKind = Literal["gelu", "silu"]
+DecayTarget = Literal["zero", "init"]
 
 MEMORY_KINDS = ("linear", "mlp", "gated_mlp")
 BIAS_KINDS = ("l2", "dot")
 OPTIMIZER_KINDS = ("gd", "momentum", "muon")
 FEATURE_KINDS = ("identity", "poly", "exp")
 ACTIVATIONS = ("gelu", "silu")
+DECAY_TARGETS = ("zero", "init")
 
 # Muon's quintic Newton-Schulz coefficients (Keller Jordan); they do not converge to exactly 1,
 # singular values of the result land in roughly [0.68, 1.13] (tested band: see newton_schulz).
@@ -74,6 +77,19 @@ class MemoryConfig:
         exact_delta: compute the exact token recurrence chunkwise (WY/UT form, as flash-linear-attention's
             chunk_delta_rule) instead of the chunk-start approximation. Defined for the online delta rule only:
             memory=linear, bias=l2, window=1, optimizer=gd, feature_map identity or poly.
+        decay_target: what the retention gate alpha decays the inner weights toward. "zero" (the paper,
+            Eqs. 32-33; default): W_t = alpha_t W_{t-1} - (update). "init": toward the learned initial weights
+            W_0 of `params` ("W", or "W1", "W2"[, "W3"]), W_t = W_0 + alpha_t (W_{t-1} - W_0) - (update); the
+            momentum S_t is not decayed by alpha either way, and LayerNorm / feature parameters are not weights.
+            A departure from the paper, kept as an option: with alpha < 1 the MLP + LayerNorm memory's weights
+            shrink toward 0 under "zero", the LayerNorm's scale invariance makes the effective step
+            eta / ||W||^2 grow until the inner dynamics are chaotic, and outer gradients grow exponentially in T
+            (gd, eta 0.02, alpha 0.98, c = b = 1, d(loss)/dk: 0.11 at T = 64, 90 at T = 256, 3e18 at T = 1024,
+            the token oracle too); "init" keeps ||W|| near its initial value and the gradient bounded (0.11,
+            0.05, 0.03). With decay_first the gradient is taken at the decayed weights W_0 + A (W - W_0);
+            exact_delta is exact with either target. Rejected for feature_map="exp" with exp_init_keys > 0
+            (the first layer's W_0 lives in dual form); with exp_init_keys = 0 that layer's W_0 is 0 and only
+            the explicit layers (W1 of the MLP memories) decay toward their W_0. alpha = 1 makes both equal.
         chunk_size: chunk size b of the chunkwise-parallel op (Miras/TNT use 16 or 64).
         gate_eps: alpha and theta are clamped to at least this value before the log of the cumulative
             products of the chunk op (a product of gates below it is treated as zero).
@@ -97,6 +113,7 @@ class MemoryConfig:
     exp_taylor_degree: int = 12
     decay_first: bool = False
     exact_delta: bool = False
+    decay_target: DecayTarget = "zero"
     chunk_size: int = 16
     gate_eps: float = 1e-12
     norm_eps: float = 1e-5
@@ -107,6 +124,7 @@ class MemoryConfig:
         _check_choice("optimizer", self.optimizer, OPTIMIZER_KINDS)
         _check_choice("feature_map", self.feature_map, FEATURE_KINDS)
         _check_choice("activation", self.activation, ACTIVATIONS)
+        _check_choice("decay_target", self.decay_target, DECAY_TARGETS)
         _check_int("expansion", self.expansion, 1)
         _check_int("ns_steps", self.ns_steps, 0)
         _check_int("poly_degree", self.poly_degree, 1)
@@ -216,5 +234,11 @@ _INVALID = (
         ),
         "exact_delta: the exact chunkwise form exists for the online delta rule only (memory=linear, bias=l2, "
         "window=1, optimizer=gd, feature_map identity or poly)",
+    ),
+    (
+        lambda c: c.decay_target == "init" and c.feature_map == "exp" and c.exp_init_keys > 0,
+        "decay_target: 'init' is not defined for feature_map=exp with exp_init_keys > 0 (the first layer's W_0 "
+        "exists only in dual form over the learned keys); use decay_target='zero' or exp_init_keys=0 (W_0 = 0 on "
+        "that layer)",
     ),
 )

@@ -9,6 +9,8 @@ Per chunk of L <= b tokens, with start state (W_0, S_0, halo):
    Muon materialises S_j and NS_k(S_j) for the L tokens of this chunk only (memory O(L |W|) per head);
 4. form the end state densely (one GEMM per layer) and carry the last c - 1 window tokens as the halo.
 Sequences that are not a multiple of b end with a short chunk. The outer backward is autograd's.
+With decay_target="init" every A_j W_0 term (cumulative decay of the chunk-start weights) becomes
+A_j W_0 + (1 - A_j) W_init, W_init the initial weights in `params` (the recurrence then decays toward them).
 """
 
 from __future__ import annotations
@@ -204,20 +206,22 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
 
     G = window_gates(wg, L, h, cfg)
     d = chunk_decays(alpha, theta, cfg)
+    target = _decay_target(params, cfg)
     if cfg.exact_delta:
         beta = eta * xc.gamma
         kernel = lambda s: _kernel(s, params, cfg)  # noqa: E731
-        y, W = delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk[:, :, h:], kernel, state, cfg)
+        W_init = None if target is None else target["W"]
+        y, W = delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk[:, :, h:], kernel, state, cfg, target=W_init)
         return y, MemoryState(weights={"W": W}, momentum=None, halo_k=wk[:, :, wk.shape[2] :],
                               halo_v=wv[:, :, wv.shape[2] :], halo_gamma=wg[:, :, wg.shape[2] :])  # fmt: skip
     factors, f0 = _gradient_factors(wk, fk, wv, state, params, cfg)
     if cfg.optimizer == "muon":
-        y, weights, momentum = _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg)
+        y, weights, momentum = _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target)
     elif cfg.decay_first and cfg.bias == "l2":
-        y, weights = _decay_first_chunk(qc, wk, fk, fq, wv, f0, d, eta, G, state, params, cfg)
+        y, weights = _decay_first_chunk(qc, wk, fk, fq, wv, f0, d, eta, G, state, params, cfg, target)
         momentum = None
     else:
-        y, weights, momentum = _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg)
+        y, weights, momentum = _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg, target)
     keep = wk.shape[2] if cfg.is_global else cfg.window - 1
     cut = wk.shape[2] - keep
     kernel_keys = None
@@ -234,24 +238,44 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
     return y, new_state
 
 
-def _dual_layer(name, x_raw, feats, kmat, C, d, factors, state, cfg):
-    """W_j x_j = A_j W_0 x_j - P_j S_0 x_j - sum_w C[j, w] e_w (z_w . x_j) for every chunk token j."""
+def _decay_target(params, cfg: MemoryConfig) -> dict[str, torch.Tensor] | None:
+    """The weights the decay pulls toward when they are not 0: {name: W_init [H, out, in]} for
+    decay_target="init" (exp first layers are absent: their W_init is 0, see MemoryConfig), else None."""
+    if cfg.decay_target != "init":
+        return None
+    skip = cfg.feature_input_weights if cfg.feature_map == "exp" else ()
+    return {n: params[n] for n in cfg.weight_names if n not in skip}
+
+
+def _decayed(A: torch.Tensor, w: torch.Tensor, name: str, target) -> torch.Tensor:
+    """A W_0 (+ (1 - A) W_init toward a decay target); A broadcasts against the weights w."""
+    if target is None or name not in target:
+        return A * w
+    return A * w + (1.0 - A) * target[name]
+
+
+def _dual_layer(name, x_raw, feats, kmat, C, d, factors, state, cfg, target=None):
+    """W_j x_j = A_j W_0 x_j - P_j S_0 x_j - sum_w C[j, w] e_w (z_w . x_j) for every chunk token j
+    (+ (1 - A_j) W_init x_j with a decay target)."""
     out = d.A.unsqueeze(-1) * _apply_start(name, x_raw, feats, state, cfg)
+    if target is not None and name in target:
+        out = out + (1.0 - d.A).unsqueeze(-1) * (feats @ target[name].mT)
     if cfg.optimizer == "momentum":
         out = out - d.P.unsqueeze(-1) * (feats @ state.momentum[name].mT)
     return out - (C * kmat) @ factors[name][0]
 
 
-def _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg):
+def _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg, target=None):
     C = update_coefficients(d, eta, G, cfg)
     kern = _kernel(qc @ wk.mT, params, cfg)
     if cfg.memory == "linear":
-        y = _dual_layer("W", qc, fq, kern, C, d, factors, state, cfg)
+        y = _dual_layer("W", qc, fq, kern, C, d, factors, state, cfg, target)
     else:
-        a = _dual_layer("W2", qc, fq, kern, C, d, factors, state, cfg)
+        a = _dual_layer("W2", qc, fq, kern, C, d, factors, state, cfg, target)
         hs = activation(a, cfg)
-        h = hs * _dual_layer("W3", qc, fq, kern, C, d, factors, state, cfg) if cfg.memory == "gated_mlp" else hs
-        b = _dual_layer("W1", h, h, h @ factors["W1"][1].mT, C, d, factors, state, cfg)
+        gated = cfg.memory == "gated_mlp"
+        h = hs * _dual_layer("W3", qc, fq, kern, C, d, factors, state, cfg, target) if gated else hs
+        b = _dual_layer("W1", h, h, h @ factors["W1"][1].mT, C, d, factors, state, cfg, target)
         if cfg.memory_norm:
             b, _ = _layer_norm_with_grad(b, None, params, cfg)
         y = qc + b if cfg.residual else b
@@ -267,7 +291,8 @@ def _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg):
         if z is None:
             weights[name] = _dual_end_coefficients(state, name, signal, last, A_L)
             continue
-        weights[name] = A_L * state.weights[name] - torch.einsum("bhw,bhwo,bhwi->bhoi", last, signal, z)
+        decayed = _decayed(A_L, state.weights[name], name, target)
+        weights[name] = decayed - torch.einsum("bhw,bhwo,bhwi->bhoi", last, signal, z)
         if momentum is not None:
             weights[name] = weights[name] - P_L * state.momentum[name]
             momentum[name] = Th_L * state.momentum[name] + torch.einsum("bhw,bhwo,bhwi->bhoi", r, signal, z)
@@ -290,7 +315,7 @@ def _dual_end_coefficients(state, name, signal, last, A_L):
     return torch.cat([coef, contrib[:, :, h:]], dim=2)
 
 
-def _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg):
+def _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target=None):
     """Muon: S_j for every chunk token, NS_k batched over (B, H, L), then per-token weights and retrieval."""
     LThG = d.LTh @ G
     decay_eta = d.LA * eta.unsqueeze(-2)  # [j, m] -> A_j / A_m * eta_m
@@ -300,6 +325,8 @@ def _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg):
         S = S + torch.einsum("bhjw,bhwo,bhwi->bhjoi", LThG, signal, z)
         O = newton_schulz(S, cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps)
         W = d.A[..., None, None] * state.weights[name].unsqueeze(2)
+        if target is not None:  # W_init [H, o, i] against the per-token axis
+            W = W + (1.0 - d.A)[..., None, None] * target[name].unsqueeze(1)
         per_token[name] = W - torch.einsum("bhjm,bhmoi->bhjoi", decay_eta, O)
         momentum[name] = S[:, :, -1].clone()
     y = memory_forward(qc, fq, per_token, params, cfg)
@@ -307,16 +334,23 @@ def _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg):
     return y, {n: w[:, :, -1].clone() for n, w in per_token.items()}, momentum
 
 
-def _decay_first_chunk(qc, wk, fk, fq, wv, f0, d, eta, G, state, params, cfg):
+def _decay_first_chunk(qc, wk, fk, fq, wv, f0, d, eta, G, state, params, cfg, target=None):
     """Linear memory, l2 bias, gated-delta ordering: token n's gradient is taken at A_n W_0.
 
     u_w^(n) = (A_n W_0 k_w - v_w) k_w^T splits into two coefficient matrices:
     C1 = LA diag(eta A) G on W_0 k_w and C2 = LA diag(eta) G on v_w.
+    With a decay target the gradient is taken at W_init + A_n (W_0 - W_init): the same form on W_0 - W_init
+    with values v_w - W_init k_w, and A_j W_0 read as A_j W_0 + (1 - A_j) W_init.
     """
     C1 = d.LA @ ((eta * d.A).unsqueeze(-1) * G)
     C2 = d.LA @ (eta.unsqueeze(-1) * G)
     kern = _kernel(qc @ wk.mT, params, cfg)
-    y = d.A.unsqueeze(-1) * (fq @ state.weights["W"].mT) - (C1 * kern) @ f0 + (C2 * kern) @ wv
+    y = d.A.unsqueeze(-1) * (fq @ state.weights["W"].mT)
+    if target is not None:
+        g0 = fk @ target["W"].mT
+        f0, wv = f0 - g0, wv - g0
+        y = y + (1.0 - d.A).unsqueeze(-1) * (fq @ target["W"].mT)
+    y = y - (C1 * kern) @ f0 + (C2 * kern) @ wv
     signal_last = C1[..., -1, :, None] * f0 - C2[..., -1, :, None] * wv
-    W = d.A[..., -1, None, None] * state.weights["W"] - signal_last.mT @ fk
+    W = _decayed(d.A[..., -1, None, None], state.weights["W"], "W", target) - signal_last.mT @ fk
     return y, {"W": W}

@@ -22,10 +22,16 @@ from atlas_kernels.ops.memory.coefficients import _log_cumprod, _ratio_matrix
 from atlas_kernels.ops.memory.state import MemoryState
 
 
-def delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk, kernel, state: MemoryState, cfg):
+def delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk, kernel, state: MemoryState, cfg, target=None):
     """One chunk of the exact delta rule. Shapes: qc, kc [B, H, L, Dk]; vc [B, H, L, Dv]; alpha, beta [B, H, L];
-    fq, fk the explicit features [B, H, L, D]; kernel(scores) -> phi(x).phi(y). Returns (y, W_L)."""
+    fq, fk the explicit features [B, H, L, D]; kernel(scores) -> phi(x).phi(y). Returns (y, W_L).
+
+    target: W_init [H, Dv, D] for decay_target="init" (decay toward W_init): the rule is linear in W, so it
+    runs on D = W - W_init with values v - W_init phi(k), and W_init phi(q), W_init are added back."""
     W0 = state.weights["W"]
+    if target is not None:
+        W0 = W0 - target
+        vc = vc - fk @ target.mT
     log_a = _log_cumprod(alpha, cfg.gate_eps)
     A = torch.exp(log_a)
     LA = _ratio_matrix(log_a)  # [j, i] = A_j / A_i, i <= j
@@ -41,4 +47,6 @@ def delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk, kernel, state: MemoryState
     U = torch.linalg.solve_triangular(eye + M, rhs, upper=False, unitriangular=True)
     y = A.unsqueeze(-1) * (fq @ W0.mT) + (LA * kernel(qc @ kc.mT)) @ U
     W = A[..., -1, None, None] * W0 + (LA[..., -1, :].unsqueeze(-1) * U).mT @ fk
+    if target is not None:
+        y, W = y + fq @ target.mT, W + target
     return y, W

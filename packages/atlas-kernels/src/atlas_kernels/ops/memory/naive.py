@@ -12,6 +12,7 @@ Two semantics:
   semantics the chunkwise-parallel op computes in closed form. Chunks are counted from the segment start.
 With decay_first (gated-delta ordering) the base weights are decayed first: alpha_t W_{t-1}, resp.
 (alpha_{t'+1} ... alpha_t) W_{t'}.
+With decay_target="init" every decay a W becomes W_0 + a (W - W_0), W_0 the initial weights of `params`.
 With feature_map="exp" the oracle uses explicit truncated-Taylor features of phi* (degree
 cfg.exp_taylor_degree): keep the key dim small (<= 4) and compare at ~1e-8; its state holds explicit
 matrices (`explicit_exp`) and cannot be handed to the chunk op.
@@ -47,6 +48,14 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
         state = initial_state(params, cfg, x.k, Dv, dual_exp=False)
     elif cfg.feature_map == "exp" and not state.explicit_exp:
         raise ValueError("state: the naive oracle needs an explicit-Taylor exp state (from memory_naive)")
+    # decay toward W_0 (decay_target="init", same W_0 however the state was seeded) or toward 0
+    target = initial_state(params, cfg, x.k, Dv, dual_exp=False).weights if cfg.decay_target == "init" else None
+
+    def decay(a, weights):
+        if target is None:
+            return {n: a * w for n, w in weights.items()}
+        return {n: target[n] + a * (w - target[n]) for n, w in weights.items()}
+
     W = dict(state.weights)
     S = None if state.momentum is None else dict(state.momentum)
     win_k, win_v, win_g = state.halo_k, state.halo_v, state.halo_gamma
@@ -63,26 +72,25 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
             win_v = torch.cat([win_v, vs[t]], dim=2)
             win_g = torch.cat([win_g, gammas[t]], dim=2)
             if t % chunk_size == 0:
-                base, decay = W, 1.0
+                base, decay_prod = W, 1.0
                 chunk_start = MemoryState(W, S, win_k[:, :, :-1], win_v[:, :, :-1], win_g[:, :, :-1])
             if cfg.decay_first:
-                decay = decay * alpha
-                grads = _window_grads(win_k, win_v, win_g, {n: decay * w for n, w in base.items()}, params, cfg)
+                decay_prod = decay_prod * alpha
+                grads = _window_grads(win_k, win_v, win_g, decay(decay_prod, base), params, cfg)
             else:
                 grads = _window_grads(win_k, win_v, win_g, base, params, cfg)
             eta = etas[t][:, :, None, None]
+            kept = decay(alpha, W)
             if cfg.optimizer == "gd":
-                W = {n: alpha * W[n] - eta * grads[n] for n in W}
+                W = {n: kept[n] - eta * grads[n] for n in W}
             else:
                 theta = thetas[t][:, :, None, None]
                 if cfg.optimizer == "momentum":
                     S = {n: theta * S[n] + eta * grads[n] for n in W}
-                    W = {n: alpha * W[n] - S[n] for n in W}
+                    W = {n: kept[n] - S[n] for n in W}
                 else:
                     S = {n: theta * S[n] + grads[n] for n in W}
-                    W = {
-                        n: alpha * W[n] - eta * newton_schulz(S[n], cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps) for n in W
-                    }
+                    W = {n: kept[n] - eta * newton_schulz(S[n], cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps) for n in W}
             if keep is not None:
                 start = win_k.shape[2] - keep
                 win_k, win_v, win_g = win_k[:, :, start:], win_v[:, :, start:], win_g[:, :, start:]

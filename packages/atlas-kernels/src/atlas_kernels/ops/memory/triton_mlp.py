@@ -367,6 +367,8 @@ def triton_unsupported(cfg: MemoryConfig, q: torch.Tensor | None = None):
         return "optimizer", f"optimizer={cfg.optimizer!r} (the Triton ops implement optimizer='gd' and 'momentum')"
     if cfg.feature_map != "identity":
         return "feature_map", f"feature_map={cfg.feature_map!r} (the Triton ops implement feature_map='identity')"
+    if cfg.decay_target != "zero":
+        return "decay_target", f"decay_target={cfg.decay_target!r} (the Triton MLP op decays toward 0 only)"
     if cfg.is_global:
         return "window", "window='global' (the Triton ops implement a finite window c)"
     if cfg.window - 1 > MAX_HALO:
