@@ -41,6 +41,7 @@ import triton.language as tl
 from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.inputs import prepare_inputs
 from atlas_kernels.ops.memory.state import MemoryState, resume_inputs
+from atlas_kernels.ops.memory.triton_support import common_unsupported
 
 MAX_CHUNK = 128
 MAX_HALO = 64
@@ -674,27 +675,9 @@ class LinearMemoryFunction(torch.autograd.Function):
 
 def triton_unsupported(cfg: MemoryConfig, q: torch.Tensor | None = None, v: torch.Tensor | None = None):
     """None when the Triton linear-memory op covers this call, else (field, reason) of the first unsupported
-    setting (cfg fields by name; "q"/"v" for the inputs)."""
-    if cfg.memory != "linear":
-        return "memory", f"memory={cfg.memory!r} (the Triton op implements memory='linear')"
-    if cfg.optimizer not in ("gd", "momentum"):
-        return "optimizer", f"optimizer={cfg.optimizer!r} (the Triton op implements optimizer='gd' and 'momentum')"
-    if cfg.feature_map != "identity":
-        return "feature_map", f"feature_map={cfg.feature_map!r} (the Triton op implements feature_map='identity')"
-    if cfg.decay_target != "zero":
-        return "decay_target", f"decay_target={cfg.decay_target!r} (the Triton op decays toward 0 only)"
-    if cfg.is_global:
-        return "window", "window='global' (the Triton op implements a finite window c)"
-    if cfg.window - 1 > MAX_HALO:
-        return "window", f"window={cfg.window} (the Triton op supports c - 1 <= {MAX_HALO})"
-    if cfg.chunk_size > MAX_CHUNK:
-        return "chunk_size", f"chunk_size={cfg.chunk_size} (the Triton op supports b <= {MAX_CHUNK})"
-    if q is not None:
-        if q.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-            return "q", f"dtype {q.dtype}"
-        if q.dim() == 4 and q.shape[-1] > MAX_KEY_DIM:
-            return "q", f"key dim {q.shape[-1]} (the Triton op supports Dk <= {MAX_KEY_DIM})"
-    return None
+    setting (cfg fields by name; "q" for the input)."""
+    limits = {"max_halo": MAX_HALO, "max_chunk": MAX_CHUNK, "max_key_dim": MAX_KEY_DIM}
+    return common_unsupported(cfg, q, memory="linear", op="the Triton op", **limits)
 
 
 def _tail(seq: torch.Tensor, halo: torch.Tensor, end: int, n: int) -> torch.Tensor:

@@ -46,6 +46,7 @@ from atlas_kernels.ops.memory.chunk import _chunk_step
 from atlas_kernels.ops.memory.inputs import OpInputs, prepare_inputs
 from atlas_kernels.ops.memory.state import MemoryState, resume_inputs
 from atlas_kernels.ops.memory.triton_linear import _compute, _dot, _tail
+from atlas_kernels.ops.memory.triton_support import common_unsupported
 
 MAX_CHUNK = 128
 MAX_HALO = 64
@@ -361,30 +362,15 @@ class MLPMemoryFunction(torch.autograd.Function):
 
 def triton_unsupported(cfg: MemoryConfig, q: torch.Tensor | None = None):
     """None when the Triton MLP-memory op covers this call, else (field, reason) of the first unsupported setting."""
-    if cfg.memory != "mlp":
-        return "memory", f"memory={cfg.memory!r} (the Triton MLP op implements memory='mlp')"
-    if cfg.optimizer not in ("gd", "momentum"):
-        return "optimizer", f"optimizer={cfg.optimizer!r} (the Triton ops implement optimizer='gd' and 'momentum')"
-    if cfg.feature_map != "identity":
-        return "feature_map", f"feature_map={cfg.feature_map!r} (the Triton ops implement feature_map='identity')"
-    if cfg.decay_target != "zero":
-        return "decay_target", f"decay_target={cfg.decay_target!r} (the Triton MLP op decays toward 0 only)"
-    if cfg.is_global:
-        return "window", "window='global' (the Triton ops implement a finite window c)"
-    if cfg.window - 1 > MAX_HALO:
-        return "window", f"window={cfg.window} (the Triton MLP op supports c - 1 <= {MAX_HALO})"
-    if cfg.chunk_size > MAX_CHUNK:
-        return "chunk_size", f"chunk_size={cfg.chunk_size} (the Triton MLP op supports b <= {MAX_CHUNK})"
-    if q is not None:
-        if q.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-            return "q", f"dtype {q.dtype}"
-        if q.dim() == 4 and q.shape[-1] > MAX_KEY_DIM:
-            return "q", f"key dim {q.shape[-1]} (the Triton MLP op supports Dk <= {MAX_KEY_DIM})"
-        if q.is_cuda and q.dim() == 4 and not gpu_tiles_fit(cfg, q.shape[-1], q.dtype):
-            return "q", (
-                f"dtype {q.dtype} with chunk_size={cfg.chunk_size}, window={cfg.window}, key dim {q.shape[-1]}: the "
-                "window x key tile exceeds the GPU shared memory (use bf16 inputs or a smaller chunk_size)"
-            )
+    limits = {"max_halo": MAX_HALO, "max_chunk": MAX_CHUNK, "max_key_dim": MAX_KEY_DIM}
+    common = common_unsupported(cfg, q, memory="mlp", op="the Triton MLP op", **limits)
+    if common is not None:
+        return common
+    if q is not None and q.is_cuda and q.dim() == 4 and not gpu_tiles_fit(cfg, q.shape[-1], q.dtype):
+        return "q", (
+            f"dtype {q.dtype} with chunk_size={cfg.chunk_size}, window={cfg.window}, key dim {q.shape[-1]}: the "
+            "window x key tile exceeds the GPU shared memory (use bf16 inputs or a smaller chunk_size)"
+        )
     return None
 
 
