@@ -425,17 +425,22 @@ def run_niah(args: argparse.Namespace) -> int:
             "seed": args.seed,
         },
         deviations=deviations,
-        details={
-            "model": loaded.describe(),
-            "figures": figures,
-            "samples_file": samples_file,
-            "cells": _cell_details(samples, records),
-            "generation_seconds": gen_seconds,
-            "scoring_seconds": sum(r["seconds"] for r in records),
-        },
+        details=_generation_details(loaded, figures, samples_file, samples, records, gen_seconds),
     )
     _print_table(metrics, "acc" if "generate" in scorings else "rank_acc", task_names, lengths)
     return finish(result, args, artifact=Path(next(iter(figures.values()))))
+
+
+def _generation_details(loaded, figures, samples_file, samples, records, gen_seconds: float) -> dict[str, Any]:
+    """The `details` of a generation-scored evaluation (S-NIAH, BABILong): model, figures, per-cell costs."""
+    return {
+        "model": loaded.describe(),
+        "figures": figures,
+        "samples_file": samples_file,
+        "cells": _cell_details(samples, records),
+        "generation_seconds": gen_seconds,
+        "scoring_seconds": sum(r["seconds"] for r in records),
+    }
 
 
 def _cell_details(samples, records) -> dict[str, Any]:
@@ -554,14 +559,7 @@ def run_babilong(args: argparse.Namespace) -> int:
             "seed": args.seed,
         },
         deviations=deviations,
-        details={
-            "model": loaded.describe(),
-            "figures": figures,
-            "samples_file": samples_file,
-            "cells": _cell_details(samples, records),
-            "generation_seconds": gen_seconds,
-            "scoring_seconds": sum(r["seconds"] for r in records),
-        },
+        details=_generation_details(loaded, figures, samples_file, samples, records, gen_seconds),
     )
     _print_table(metrics, "acc" if "generate" in scorings else "rank_acc", tasks, lengths)
     return finish(result, args, artifact=Path(next(iter(figures.values()))))
