@@ -27,9 +27,10 @@ scattered back by torch (index_add).
 
 Inputs stay in the public layout [B, T, H, D] (no transposes). Tiles are fp32 (fp64 for fp64 inputs), with fp32
 accumulation everywhere; dot operands: bf16 on GPU for bf16/fp16 inputs, 3xTF32 on GPU for fp32 inputs, fp32/fp64
-under the interpreter (see `_compute`). Requires CUDA tensors, or CPU tensors with TRITON_INTERPRET=1 set before
-import. Register pressure is high (one program holds every tile of a chunk; sm_90 compiles use 255 registers and
-spill): splitting the state pass from the intra-chunk work (flash-linear-attention style) is the next speed step.
+under the interpreter (see `atlas_kernels.ops.triton_common.compute_precision`). Requires CUDA tensors, or CPU
+tensors with TRITON_INTERPRET=1 set before import. Register pressure is high (one program holds every tile of a
+chunk; sm_90 compiles use 255 registers and spill): splitting the state pass from the intra-chunk work
+(flash-linear-attention style) is the next speed step.
 """
 
 from __future__ import annotations
@@ -41,27 +42,15 @@ import triton.language as tl
 from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.inputs import prepare_inputs
 from atlas_kernels.ops.memory.state import MemoryState, resume_inputs
-from atlas_kernels.ops.memory.triton_support import common_unsupported
+from atlas_kernels.ops.memory.triton_support import common_unsupported, window_tail
+from atlas_kernels.ops.triton_common import compute_precision, dot
 
-MAX_CHUNK = 128
-MAX_HALO = 64
-MAX_KEY_DIM = 256
 MAX_VALUE_BLOCK = 32
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # shared pieces
 # ----------------------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _dot(a, b, PREC: tl.constexpr):
-    """a @ b with fp32 accumulation: PREC "bf16" stages the operands in bf16 (GPU, bf16/fp16 inputs: half the
-    shared memory and the fast tensor-core path), otherwise fp32/fp64 operands with that input precision."""
-    if PREC == "bf16":
-        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
-    else:
-        return tl.dot(a, b, input_precision=PREC)
 
 
 @triton.jit
@@ -140,7 +129,7 @@ def _momentum_coefficients(theta, LA, last, gate_eps, BT: tl.constexpr, PREC: tl
     Th = tl.exp(lt)
     lower = rows[None, :] <= rows[:, None]
     LT = tl.exp(tl.where(lower, lt[:, None] - lt[None, :], float("-inf")))
-    Q = _dot(LA, LT, PREC)
+    Q = dot(LA, LT, PREC)
     P = tl.sum(LA * Th[None, :], axis=1)
     qL = tl.sum(tl.where(last[:, None], Q, 0.0), axis=0)
     ET = tl.exp(lt_last - lt)
@@ -187,7 +176,7 @@ def _linear_fwd_kernel(
         tok = (i_b * T + s + rows).to(tl.int64) * H + i_h
         last = rows == L - 1
         A_L = tl.sum(tl.where(last, A, 0.0), axis=0)
-        y = A[:, None] * _dot(q, tl.trans(W), PREC)
+        y = A[:, None] * dot(q, tl.trans(W), PREC)
         if MOMENTUM:
             tl.store(hs0_ptr + state_off, S, mask=wmask)
             theta = tl.load(th_ptr + tok, mask=rows < L, other=1.0).to(ACC)
@@ -196,51 +185,51 @@ def _linear_fwd_kernel(
             wl = qL * eta  # C[L - 1, w] = sum_n wl_n G[n, w]
             rr = ET * eta  # S_L = Th_L S_0 + sum_w r_w u_w, r_w = sum_n rr_n G[n, w]
             P_L = tl.sum(tl.where(last, P, 0.0), axis=0)
-            y -= P[:, None] * _dot(q, tl.trans(S), PREC)
+            y -= P[:, None] * dot(q, tl.trans(S), PREC)
             rc = tl.sum(rr[:, None] * Gc, axis=0)
         else:
             Meta = LA * eta[None, :]
             wl = E * eta
-        Cc = _dot(Meta, Gc, PREC)
-        Kc = _dot(q, tl.trans(k), PREC)
+        Cc = dot(Meta, Gc, PREC)
+        Kc = dot(q, tl.trans(k), PREC)
         cl_c = tl.sum(wl[:, None] * Gc, axis=0)
         if HAS_HALO:
-            Ch = _dot(Meta, Gh, PREC)
-            Kh = _dot(q, tl.trans(kh), PREC)
+            Ch = dot(Meta, Gh, PREC)
+            Kh = dot(q, tl.trans(kh), PREC)
             cl_h = tl.sum(wl[:, None] * Gh, axis=0)
         if DECAY_FIRST:
             Meta1 = Meta * A[None, :]
-            C1c = _dot(Meta1, Gc, PREC)
+            C1c = dot(Meta1, Gc, PREC)
             wl1 = wl * A
             c1l_c = tl.sum(wl1[:, None] * Gc, axis=0)
-            f0c = _dot(k, tl.trans(W), PREC)
-            y += -_dot(C1c * Kc, f0c, PREC) + _dot(Cc * Kc, v, PREC)
-            upd = _dot(tl.trans(c1l_c[:, None] * f0c - cl_c[:, None] * v), k, PREC)
+            f0c = dot(k, tl.trans(W), PREC)
+            y += -dot(C1c * Kc, f0c, PREC) + dot(Cc * Kc, v, PREC)
+            upd = dot(tl.trans(c1l_c[:, None] * f0c - cl_c[:, None] * v), k, PREC)
             if HAS_HALO:
-                C1h = _dot(Meta1, Gh, PREC)
+                C1h = dot(Meta1, Gh, PREC)
                 c1l_h = tl.sum(wl1[:, None] * Gh, axis=0)
-                f0h = _dot(kh, tl.trans(W), PREC)
-                y += -_dot(C1h * Kh, f0h, PREC) + _dot(Ch * Kh, vh, PREC)
-                upd += _dot(tl.trans(c1l_h[:, None] * f0h - cl_h[:, None] * vh), kh, PREC)
+                f0h = dot(kh, tl.trans(W), PREC)
+                y += -dot(C1h * Kh, f0h, PREC) + dot(Ch * Kh, vh, PREC)
+                upd += dot(tl.trans(c1l_h[:, None] * f0h - cl_h[:, None] * vh), kh, PREC)
         else:
             if L2:
-                ec = _dot(k, tl.trans(W), PREC) - v
+                ec = dot(k, tl.trans(W), PREC) - v
             else:
                 ec = -v
-            y -= _dot(Cc * Kc, ec, PREC)
-            upd = _dot(tl.trans(cl_c[:, None] * ec), k, PREC)
+            y -= dot(Cc * Kc, ec, PREC)
+            upd = dot(tl.trans(cl_c[:, None] * ec), k, PREC)
             if MOMENTUM:
-                mom = _dot(tl.trans(rc[:, None] * ec), k, PREC)
+                mom = dot(tl.trans(rc[:, None] * ec), k, PREC)
             if HAS_HALO:
                 if L2:
-                    eh = _dot(kh, tl.trans(W), PREC) - vh
+                    eh = dot(kh, tl.trans(W), PREC) - vh
                 else:
                     eh = -vh
-                y -= _dot(Ch * Kh, eh, PREC)
-                upd += _dot(tl.trans(cl_h[:, None] * eh), kh, PREC)
+                y -= dot(Ch * Kh, eh, PREC)
+                upd += dot(tl.trans(cl_h[:, None] * eh), kh, PREC)
                 if MOMENTUM:
                     rh = tl.sum(rr[:, None] * Gh, axis=0)
-                    mom += _dot(tl.trans(rh[:, None] * eh), kh, PREC)
+                    mom += dot(tl.trans(rh[:, None] * eh), kh, PREC)
         ymask = (rows[:, None] < L) & (rv[None, :] < V)
         tl.store(y_ptr + tok[:, None] * V + rv[None, :], y.to(y_ptr.dtype.element_ty), mask=ymask)
         if MOMENTUM:
@@ -309,12 +298,12 @@ def _linear_bwd_kernel(
         dy = tl.load(dy_ptr + tok[:, None] * V + rv[None, :], mask=ymask, other=0.0).to(ACC)
         last = rows == L - 1
         A_L = tl.sum(tl.where(last, A, 0.0), axis=0)
-        qW = _dot(q, tl.trans(W), PREC)
+        qW = dot(q, tl.trans(W), PREC)
         # y = A qW (- P qS) - dual;  W_L = A_L W (- P_L S) - upd;  S_L = Th_L S + mom
-        dW0 = A_L * dW + _dot(tl.trans(A[:, None] * dy), q, PREC)
+        dW0 = A_L * dW + dot(tl.trans(A[:, None] * dy), q, PREC)
         dA = tl.sum(dy * qW, axis=1) + tl.where(last, tl.sum(tl.sum(dW * W, axis=1), axis=0), 0.0)
-        dq = A[:, None] * _dot(dy, W, PREC)
-        kdW_c = _dot(k, tl.trans(dW), PREC)  # [BT, BV]: rows dW k_w
+        dq = A[:, None] * dot(dy, W, PREC)
+        kdW_c = dot(k, tl.trans(dW), PREC)  # [BT, BV]: rows dW k_w
         if MOMENTUM:
             S = tl.load(hs0_ptr + state_off, mask=wmask, other=0.0).to(ACC)
             theta = tl.load(th_ptr + tok, mask=rows < L, other=1.0).to(ACC)
@@ -323,73 +312,73 @@ def _linear_bwd_kernel(
             wl = qL * eta
             rr = ET * eta
             P_L = tl.sum(tl.where(last, P, 0.0), axis=0)
-            qS = _dot(q, tl.trans(S), PREC)
-            dS0 = Th_L * dS - P_L * dW - _dot(tl.trans(P[:, None] * dy), q, PREC)
+            qS = dot(q, tl.trans(S), PREC)
+            dS0 = Th_L * dS - P_L * dW - dot(tl.trans(P[:, None] * dy), q, PREC)
             dP = -tl.sum(dy * qS, axis=1) - tl.where(last, tl.sum(tl.sum(dW * S, axis=1), axis=0), 0.0)
             dTh = tl.where(last, tl.sum(tl.sum(dS * S, axis=1), axis=0), 0.0)
-            dq -= P[:, None] * _dot(dy, S, PREC)
-            kdS_c = _dot(k, tl.trans(dS), PREC)
+            dq -= P[:, None] * dot(dy, S, PREC)
+            kdS_c = dot(k, tl.trans(dS), PREC)
             rc = tl.sum(rr[:, None] * Gc, axis=0)
         else:
             Meta = LA * eta[None, :]
             wl = E * eta
-        Cc = _dot(Meta, Gc, PREC)
-        Kc = _dot(q, tl.trans(k), PREC)
+        Cc = dot(Meta, Gc, PREC)
+        Kc = dot(q, tl.trans(k), PREC)
         cl_c = tl.sum(wl[:, None] * Gc, axis=0)
         if HAS_HALO:
-            Ch = _dot(Meta, Gh, PREC)
-            Kh = _dot(q, tl.trans(kh), PREC)
+            Ch = dot(Meta, Gh, PREC)
+            Kh = dot(q, tl.trans(kh), PREC)
             cl_h = tl.sum(wl[:, None] * Gh, axis=0)
-            kdW_h = _dot(kh, tl.trans(dW), PREC)
+            kdW_h = dot(kh, tl.trans(dW), PREC)
             if MOMENTUM:
-                kdS_h = _dot(kh, tl.trans(dS), PREC)
+                kdS_h = dot(kh, tl.trans(dS), PREC)
                 rh = tl.sum(rr[:, None] * Gh, axis=0)
         if DECAY_FIRST:
             Meta1 = Meta * A[None, :]
             wl1 = wl * A
-            C1c = _dot(Meta1, Gc, PREC)
+            C1c = dot(Meta1, Gc, PREC)
             c1l_c = tl.sum(wl1[:, None] * Gc, axis=0)
-            f0c = _dot(k, tl.trans(W), PREC)
+            f0c = dot(k, tl.trans(W), PREC)
             # y -= (C1 * K) f0 - (C2 * K) v;  upd = (c1l f0 - cl v)^T k
-            dM1c = -_dot(dy, tl.trans(f0c), PREC)
-            dM2c = _dot(dy, tl.trans(v), PREC)
-            df0c = -_dot(tl.trans(C1c * Kc), dy, PREC) - c1l_c[:, None] * kdW_c
-            dvc = _dot(tl.trans(Cc * Kc), dy, PREC) + cl_c[:, None] * kdW_c
-            dkc = -_dot(c1l_c[:, None] * f0c - cl_c[:, None] * v, dW, PREC)
+            dM1c = -dot(dy, tl.trans(f0c), PREC)
+            dM2c = dot(dy, tl.trans(v), PREC)
+            df0c = -dot(tl.trans(C1c * Kc), dy, PREC) - c1l_c[:, None] * kdW_c
+            dvc = dot(tl.trans(Cc * Kc), dy, PREC) + cl_c[:, None] * kdW_c
+            dkc = -dot(c1l_c[:, None] * f0c - cl_c[:, None] * v, dW, PREC)
             dc1l_c = -tl.sum(f0c * kdW_c, axis=1)
             dcl_c = tl.sum(v * kdW_c, axis=1)
             dC1c = dM1c * Kc
             dCc = dM2c * Kc
             dKc = dM1c * C1c + dM2c * Cc
-            dMeta1 = _dot(dC1c, tl.trans(Gc), PREC)
-            dMeta = _dot(dCc, tl.trans(Gc), PREC)
+            dMeta1 = dot(dC1c, tl.trans(Gc), PREC)
+            dMeta = dot(dCc, tl.trans(Gc), PREC)
             dGc = (
-                _dot(tl.trans(Meta1), dC1c, PREC)
-                + _dot(tl.trans(Meta), dCc, PREC)
+                dot(tl.trans(Meta1), dC1c, PREC)
+                + dot(tl.trans(Meta), dCc, PREC)
                 + wl1[:, None] * dc1l_c[None, :]
                 + wl[:, None] * dcl_c[None, :]
             )
             dwl1 = tl.sum(Gc * dc1l_c[None, :], axis=1)
             dwl = tl.sum(Gc * dcl_c[None, :], axis=1)
             if HAS_HALO:
-                C1h = _dot(Meta1, Gh, PREC)
+                C1h = dot(Meta1, Gh, PREC)
                 c1l_h = tl.sum(wl1[:, None] * Gh, axis=0)
-                f0h = _dot(kh, tl.trans(W), PREC)
-                dM1h = -_dot(dy, tl.trans(f0h), PREC)
-                dM2h = _dot(dy, tl.trans(vh), PREC)
-                df0h = -_dot(tl.trans(C1h * Kh), dy, PREC) - c1l_h[:, None] * kdW_h
-                dvh = _dot(tl.trans(Ch * Kh), dy, PREC) + cl_h[:, None] * kdW_h
-                dkh = -_dot(c1l_h[:, None] * f0h - cl_h[:, None] * vh, dW, PREC)
+                f0h = dot(kh, tl.trans(W), PREC)
+                dM1h = -dot(dy, tl.trans(f0h), PREC)
+                dM2h = dot(dy, tl.trans(vh), PREC)
+                df0h = -dot(tl.trans(C1h * Kh), dy, PREC) - c1l_h[:, None] * kdW_h
+                dvh = dot(tl.trans(Ch * Kh), dy, PREC) + cl_h[:, None] * kdW_h
+                dkh = -dot(c1l_h[:, None] * f0h - cl_h[:, None] * vh, dW, PREC)
                 dc1l_h = -tl.sum(f0h * kdW_h, axis=1)
                 dcl_h = tl.sum(vh * kdW_h, axis=1)
                 dC1h = dM1h * Kh
                 dCh = dM2h * Kh
                 dKh = dM1h * C1h + dM2h * Ch
-                dMeta1 += _dot(dC1h, tl.trans(Gh), PREC)
-                dMeta += _dot(dCh, tl.trans(Gh), PREC)
+                dMeta1 += dot(dC1h, tl.trans(Gh), PREC)
+                dMeta += dot(dCh, tl.trans(Gh), PREC)
                 dGh = (
-                    _dot(tl.trans(Meta1), dC1h, PREC)
-                    + _dot(tl.trans(Meta), dCh, PREC)
+                    dot(tl.trans(Meta1), dC1h, PREC)
+                    + dot(tl.trans(Meta), dCh, PREC)
                     + wl1[:, None] * dc1l_h[None, :]
                     + wl[:, None] * dcl_h[None, :]
                 )
@@ -403,22 +392,22 @@ def _linear_bwd_kernel(
             dla_extra = tl.sum(Z1, axis=0) + dwl1 * wl1  # the A_n factor of Meta1 and wl1
         else:
             if L2:
-                ec = _dot(k, tl.trans(W), PREC) - v
+                ec = dot(k, tl.trans(W), PREC) - v
             else:
                 ec = -v
             # y -= (C * K) e;  upd = (cl e)^T k;  mom = (r e)^T k
-            dMc = -_dot(dy, tl.trans(ec), PREC)
-            dec = -_dot(tl.trans(Cc * Kc), dy, PREC) - cl_c[:, None] * kdW_c
-            dkc = -cl_c[:, None] * _dot(ec, dW, PREC)
+            dMc = -dot(dy, tl.trans(ec), PREC)
+            dec = -dot(tl.trans(Cc * Kc), dy, PREC) - cl_c[:, None] * kdW_c
+            dkc = -cl_c[:, None] * dot(ec, dW, PREC)
             dcl_c = -tl.sum(ec * kdW_c, axis=1)
             dCc = dMc * Kc
             dKc = dMc * Cc
-            dMeta = _dot(dCc, tl.trans(Gc), PREC)
-            dGc = _dot(tl.trans(Meta), dCc, PREC) + wl[:, None] * dcl_c[None, :]
+            dMeta = dot(dCc, tl.trans(Gc), PREC)
+            dGc = dot(tl.trans(Meta), dCc, PREC) + wl[:, None] * dcl_c[None, :]
             dwl = tl.sum(Gc * dcl_c[None, :], axis=1)
             if MOMENTUM:
                 dec += rc[:, None] * kdS_c
-                dkc += rc[:, None] * _dot(ec, dS, PREC)
+                dkc += rc[:, None] * dot(ec, dS, PREC)
                 dr_c = tl.sum(ec * kdS_c, axis=1)
                 dGc += rr[:, None] * dr_c[None, :]
                 drr = tl.sum(Gc * dr_c[None, :], axis=1)
@@ -427,21 +416,21 @@ def _linear_bwd_kernel(
                 df0c = dec
             if HAS_HALO:
                 if L2:
-                    eh = _dot(kh, tl.trans(W), PREC) - vh
+                    eh = dot(kh, tl.trans(W), PREC) - vh
                 else:
                     eh = -vh
-                dMh = -_dot(dy, tl.trans(eh), PREC)
-                deh = -_dot(tl.trans(Ch * Kh), dy, PREC) - cl_h[:, None] * kdW_h
-                dkh = -cl_h[:, None] * _dot(eh, dW, PREC)
+                dMh = -dot(dy, tl.trans(eh), PREC)
+                deh = -dot(tl.trans(Ch * Kh), dy, PREC) - cl_h[:, None] * kdW_h
+                dkh = -cl_h[:, None] * dot(eh, dW, PREC)
                 dcl_h = -tl.sum(eh * kdW_h, axis=1)
                 dCh = dMh * Kh
                 dKh = dMh * Ch
-                dMeta += _dot(dCh, tl.trans(Gh), PREC)
-                dGh = _dot(tl.trans(Meta), dCh, PREC) + wl[:, None] * dcl_h[None, :]
+                dMeta += dot(dCh, tl.trans(Gh), PREC)
+                dGh = dot(tl.trans(Meta), dCh, PREC) + wl[:, None] * dcl_h[None, :]
                 dwl += tl.sum(Gh * dcl_h[None, :], axis=1)
                 if MOMENTUM:
                     deh += rh[:, None] * kdS_h
-                    dkh += rh[:, None] * _dot(eh, dS, PREC)
+                    dkh += rh[:, None] * dot(eh, dS, PREC)
                     dr_h = tl.sum(eh * kdS_h, axis=1)
                     dGh += rr[:, None] * dr_h[None, :]
                     drr += tl.sum(Gh * dr_h[None, :], axis=1)
@@ -452,8 +441,8 @@ def _linear_bwd_kernel(
                 # Meta = Q diag(eta), Q = LA LT, wl = Q[L-1] eta, rr = ET eta, P = LA Th
                 deta = tl.sum(dMeta * Q, axis=0) + dwl * qL + drr * ET
                 dQ = dMeta * eta[None, :] + tl.where(last[:, None], (dwl * eta)[None, :], 0.0)
-                dLA = _dot(dQ, tl.trans(LT), PREC) + dP[:, None] * Th[None, :]
-                dLT = _dot(tl.trans(LA), dQ, PREC)
+                dLA = dot(dQ, tl.trans(LT), PREC) + dP[:, None] * Th[None, :]
+                dLT = dot(tl.trans(LA), dQ, PREC)
                 dTh += tl.sum(dP[:, None] * LA, axis=0)
                 Z = dLA * LA
                 zl = tl.zeros((BT,), dtype=ACC)
@@ -469,18 +458,18 @@ def _linear_bwd_kernel(
                 zl = dwl * wl
             dla_extra = tl.zeros((BT,), dtype=ACC)
         # scores K = q k^T
-        dq += _dot(dKc, k, PREC)
-        dkc += _dot(tl.trans(dKc), q, PREC)
+        dq += dot(dKc, k, PREC)
+        dkc += dot(tl.trans(dKc), q, PREC)
         if L2:  # f0 = k W^T
-            dkc += _dot(df0c, W, PREC)
-            dW0 += _dot(tl.trans(df0c), k, PREC)
+            dkc += dot(df0c, W, PREC)
+            dW0 += dot(tl.trans(df0c), k, PREC)
         dgc = tl.sum(tl.where(band_c, dGc, 0.0), axis=0)
         if HAS_HALO:
-            dq += _dot(dKh, kh, PREC)
-            dkh += _dot(tl.trans(dKh), q, PREC)
+            dq += dot(dKh, kh, PREC)
+            dkh += dot(tl.trans(dKh), q, PREC)
             if L2:
-                dkh += _dot(df0h, W, PREC)
-                dW0 += _dot(tl.trans(df0h), kh, PREC)
+                dkh += dot(df0h, W, PREC)
+                dW0 += dot(tl.trans(df0h), kh, PREC)
             dgh = tl.sum(tl.where(band_h, dGh, 0.0), axis=0)
         # decays: LA[j, n] = exp(la_j - la_n), E_n = exp(la_L - la_n), A_j = exp(la_j)
         dla = tl.sum(Z, axis=1) - tl.sum(Z, axis=0) - zl + tl.where(last, tl.sum(zl, axis=0), 0.0)
@@ -526,22 +515,6 @@ def _linear_bwd_kernel(
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _compute(dtype: torch.dtype, device: torch.device | None = None):
-    """(accumulator torch dtype, tile dtype, dot precision) for the input dtype and device.
-
-    GPU: bf16/fp16 inputs stage dot operands in bf16 (fp32 accumulation; half the shared memory of fp32 operands,
-    which the backward needs to fit in 227 KB at Dk = 128), fp32 inputs use 3xTF32 (about fp32 accuracy on tensor
-    cores; IEEE fp32 dots compile to huge FMA loops). CPU (interpreter): fp32/fp64 operands (the interpreter's bf16
-    dot is wrong, and it ignores the input precision).
-    """
-    if dtype == torch.float64:
-        return torch.float64, tl.float64, "ieee"
-    on_gpu = device is not None and torch.device(device).type == "cuda"
-    if dtype == torch.float32:
-        return torch.float32, tl.float32, "tf32x3" if on_gpu else "ieee"
-    return torch.float32, tl.float32, "bf16" if on_gpu else "tf32"
-
-
 def _blocks(T_chunk: int, NH: int, K: int, V: int, block_v: int | None, prec: str = "ieee"):
     """Tile sizes: chunk BT, halo BH, key BK (whole key dim), value block BV (programs split Dv).
 
@@ -579,7 +552,7 @@ class LinearMemoryFunction(torch.autograd.Function):
         V = v.shape[-1]
         NH = hk.shape[2]
         NT = triton.cdiv(T, chunk)
-        acc_torch, acc, prec = _compute(k.dtype, k.device)
+        acc_torch, acc, prec = compute_precision(k.dtype, k.device)
         BT, BH, BK, BV = _blocks(chunk, NH, K, V, block_v, prec)
         NV = triton.cdiv(V, BV)
         w0, s0 = _state_strides(w0, K), _state_strides(s0, K)
@@ -611,7 +584,7 @@ class LinearMemoryFunction(torch.autograd.Function):
         V = v.shape[-1]
         NH = hk.shape[2]
         NT = triton.cdiv(T, chunk)
-        acc_torch, acc, prec = _compute(k.dtype, k.device)
+        acc_torch, acc, prec = compute_precision(k.dtype, k.device)
         BT, BH, BK, BV = _blocks(chunk, NH, K, V, block_v, prec)
         NV = triton.cdiv(V, BV)
         dev = k.device
@@ -676,20 +649,7 @@ class LinearMemoryFunction(torch.autograd.Function):
 def triton_unsupported(cfg: MemoryConfig, q: torch.Tensor | None = None, v: torch.Tensor | None = None):
     """None when the Triton linear-memory op covers this call, else (field, reason) of the first unsupported
     setting (cfg fields by name; "q" for the input)."""
-    limits = {"max_halo": MAX_HALO, "max_chunk": MAX_CHUNK, "max_key_dim": MAX_KEY_DIM}
-    return common_unsupported(cfg, q, memory="linear", op="the Triton op", **limits)
-
-
-def _tail(seq: torch.Tensor, halo: torch.Tensor, end: int, n: int) -> torch.Tensor:
-    """Tokens [end - n, end) of the extended sequence (halo, then seq) in heads-first layout.
-
-    seq: [B, T, H(, D)] public layout; halo: [B, H, n(, D)].
-    """
-    if n == 0:
-        return halo[:, :, :0]
-    if end >= n:
-        return seq[:, end - n : end].transpose(1, 2)
-    return torch.cat([halo[:, :, end:], seq[:, :end].transpose(1, 2).to(halo.dtype)], dim=2)
+    return common_unsupported(cfg, q, memory="linear", op="the Triton op")
 
 
 def memory_chunk_triton(q, k, v, gates, params, cfg: MemoryConfig, state: MemoryState | None = None, block_v=None):
@@ -707,7 +667,7 @@ def memory_chunk_triton(q, k, v, gates, params, cfg: MemoryConfig, state: Memory
     q, k, v, gates, state, n_pending = resume_inputs(q, k, v, gates, state)
     x = prepare_inputs(q, k, v, gates, params, cfg)  # validation (names the offending argument)
     B, H, T, K, V = x.shape
-    acc_torch = _compute(k.dtype)[0]
+    acc_torch = compute_precision(k.dtype)[0]
     NH = cfg.window - 1
     momentum = cfg.optimizer == "momentum"
     if state is None:
@@ -748,9 +708,9 @@ def memory_chunk_triton(q, k, v, gates, params, cfg: MemoryConfig, state: Memory
         return MemoryState(
             weights={"W": W},
             momentum={"W": S} if momentum else None,
-            halo_k=_tail(kc, hk, end, NH).to(acc_torch),
-            halo_v=_tail(vc, hv, end, NH).to(acc_torch),
-            halo_gamma=_tail(gamma, hg, end, NH).to(acc_torch),
+            halo_k=window_tail(kc, hk, end, NH).to(acc_torch),
+            halo_v=window_tail(vc, hv, end, NH).to(acc_torch),
+            halo_gamma=window_tail(gamma, hg, end, NH).to(acc_torch),
         )
 
     new_state = _state(T, wt, st)

@@ -30,7 +30,7 @@ of the torch op) under autograd, and backpropagates the output gradient of that 
 gradient. Only chunk-start states are kept between forward and backward (no per-token weights, no per-chunk
 activations), so memory is that of the checkpointed torch op; a hand-written Triton backward is the next step.
 
-Tiles are fp32 (fp64 for fp64 inputs) with fp32 accumulation; dot operands follow `triton_linear._compute`
+Tiles are fp32 (fp64 for fp64 inputs) with fp32 accumulation; dot operands follow `triton_common.compute_precision`
 (bf16 on GPU for bf16/fp16 inputs, 3xTF32 for fp32, IEEE under the interpreter). The window tile is padded to a
 power of two >= b + c - 1 (b = 64, c = 4 -> 128 rows): simple and correct, not yet fast.
 """
@@ -45,12 +45,9 @@ from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.chunk import _chunk_step
 from atlas_kernels.ops.memory.inputs import OpInputs, prepare_inputs
 from atlas_kernels.ops.memory.state import MemoryState, resume_inputs
-from atlas_kernels.ops.memory.triton_linear import _compute, _dot, _tail
-from atlas_kernels.ops.memory.triton_support import common_unsupported
+from atlas_kernels.ops.memory.triton_support import common_unsupported, window_tail
+from atlas_kernels.ops.triton_common import compute_precision, dot
 
-MAX_CHUNK = 128
-MAX_HALO = 64
-MAX_KEY_DIM = 256
 HIDDEN_BLOCK = 32
 # Largest window x key tile (BW * BK) per dtype that fits the 227 KB of shared memory of an sm_90 block, from
 # offline sm_90 compiles of the momentum variant (num_warps 8, num_stages 1): bf16 operands 147 KB at 128 x 128;
@@ -144,13 +141,13 @@ def _mlp_fwd_kernel(
             Th = tl.exp(lt)
             Th_L = tl.exp(lt_last)
             LT = tl.exp(tl.where(lower, lt[:, None] - lt[None, :], float("-inf")))
-            Meta = _dot(LA, LT, PREC) * eta[None, :]
+            Meta = dot(LA, LT, PREC) * eta[None, :]
             P = tl.sum(LA * Th[None, :], axis=1)
             P_L = tl.sum(tl.where(last, P, 0.0), axis=0)
             r = tl.sum((tl.exp(lt_last - lt) * eta)[:, None] * G, axis=0)
         else:
             Meta = LA * eta[None, :]
-        C = _dot(Meta, G, PREC)
+        C = dot(Meta, G, PREC)
         cl = tl.sum(tl.where(last[:, None], C, 0.0), axis=0)
 
         base1 = (i_bh.to(tl.int64) * (NT + 1) + i_t) * V * DH
@@ -166,8 +163,8 @@ def _mlp_fwd_kernel(
             m1 = vmask[:, None] & dmask[None, :]
             W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
             W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
-            h0, _ = _act(_dot(wk, tl.trans(W2b), PREC), SILU)
-            b0 += _dot(h0, tl.trans(W1b), PREC)
+            h0, _ = _act(dot(wk, tl.trans(W2b), PREC), SILU)
+            b0 += dot(h0, tl.trans(W1b), PREC)
         if NORM:
             branch, yh0, inv0 = _layer_norm(b0, lnw, lnb, vmask, V, norm_eps)
         else:
@@ -190,7 +187,7 @@ def _mlp_fwd_kernel(
             eb = e
 
         # pass 2: dual-form retrieval and the end-of-chunk state, one hidden block at a time
-        CK = C * _dot(q, tl.trans(wk), PREC)
+        CK = C * dot(q, tl.trans(wk), PREC)
         ebl = cl[:, None] * eb
         if MOMENTUM:
             ebr = r[:, None] * eb
@@ -205,29 +202,29 @@ def _mlp_fwd_kernel(
             m1 = vmask[:, None] & dmask[None, :]
             W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
             W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
-            h0, dact = _act(_dot(wk, tl.trans(W2b), PREC), SILU)
-            ds = _dot(eb, W1b, PREC) * dact
-            a = A[:, None] * _dot(q, tl.trans(W2b), PREC) - _dot(CK, ds, PREC)
+            h0, dact = _act(dot(wk, tl.trans(W2b), PREC), SILU)
+            ds = dot(eb, W1b, PREC) * dact
+            a = A[:, None] * dot(q, tl.trans(W2b), PREC) - dot(CK, ds, PREC)
             if MOMENTUM:
                 S2b = tl.load(s2_ptr + base2 + off2, mask=m2, other=0.0)
                 S1b = tl.load(s1_ptr + base1 + off1, mask=m1, other=0.0)
-                a -= P[:, None] * _dot(q, tl.trans(S2b), PREC)
+                a -= P[:, None] * dot(q, tl.trans(S2b), PREC)
             hq, _ = _act(a, SILU)
-            yb += A[:, None] * _dot(hq, tl.trans(W1b), PREC)
-            scores += _dot(hq, tl.trans(h0), PREC)
-            W2n = A_L * W2b - _dot(tl.trans(cl[:, None] * ds), wk, PREC)
-            W1n = A_L * W1b - _dot(tl.trans(ebl), h0, PREC)
+            yb += A[:, None] * dot(hq, tl.trans(W1b), PREC)
+            scores += dot(hq, tl.trans(h0), PREC)
+            W2n = A_L * W2b - dot(tl.trans(cl[:, None] * ds), wk, PREC)
+            W1n = A_L * W1b - dot(tl.trans(ebl), h0, PREC)
             if MOMENTUM:
-                yb -= P[:, None] * _dot(hq, tl.trans(S1b), PREC)
+                yb -= P[:, None] * dot(hq, tl.trans(S1b), PREC)
                 W2n -= P_L * S2b
                 W1n -= P_L * S1b
-                S2n = Th_L * S2b + _dot(tl.trans(r[:, None] * ds), wk, PREC)
-                S1n = Th_L * S1b + _dot(tl.trans(ebr), h0, PREC)
+                S2n = Th_L * S2b + dot(tl.trans(r[:, None] * ds), wk, PREC)
+                S1n = Th_L * S1b + dot(tl.trans(ebr), h0, PREC)
                 tl.store(s2_ptr + base2 + DH * K + off2, S2n, mask=m2)
                 tl.store(s1_ptr + base1 + V * DH + off1, S1n, mask=m1)
             tl.store(w2_ptr + base2 + DH * K + off2, W2n, mask=m2)
             tl.store(w1_ptr + base1 + V * DH + off1, W1n, mask=m1)
-        yb -= _dot(C * scores, eb, PREC)
+        yb -= dot(C * scores, eb, PREC)
         if NORM:
             yb, _, _ = _layer_norm(yb, lnw, lnb, vmask, V, norm_eps)
         if RESIDUAL:
@@ -257,7 +254,7 @@ class MLPMemoryFunction(torch.autograd.Function):
         V, DH, NH = v.shape[-1], w1.shape[-1], hk.shape[2]
         NT = triton.cdiv(T, cfg.chunk_size)
         momentum = cfg.optimizer == "momentum"
-        acc_torch, acc, prec = _compute(k.dtype, k.device)
+        acc_torch, acc, prec = compute_precision(k.dtype, k.device)
         BT, BW, BK, BV, BD = _blocks(cfg.chunk_size, NH, K, V, DH, block_h, prec)
         dev = k.device
         w1buf = torch.empty(B, H, NT + 1, V, DH, dtype=acc_torch, device=dev)
@@ -362,8 +359,7 @@ class MLPMemoryFunction(torch.autograd.Function):
 
 def triton_unsupported(cfg: MemoryConfig, q: torch.Tensor | None = None):
     """None when the Triton MLP-memory op covers this call, else (field, reason) of the first unsupported setting."""
-    limits = {"max_halo": MAX_HALO, "max_chunk": MAX_CHUNK, "max_key_dim": MAX_KEY_DIM}
-    common = common_unsupported(cfg, q, memory="mlp", op="the Triton MLP op", **limits)
+    common = common_unsupported(cfg, q, memory="mlp", op="the Triton MLP op")
     if common is not None:
         return common
     if q is not None and q.is_cuda and q.dim() == 4 and not gpu_tiles_fit(cfg, q.shape[-1], q.dtype):
@@ -393,7 +389,7 @@ def memory_chunk_triton_mlp(q, k, v, gates, params, cfg: MemoryConfig, state: Me
     q, k, v, gates, state, n_pending = resume_inputs(q, k, v, gates, state)
     x = prepare_inputs(q, k, v, gates, params, cfg)  # validation (names the offending argument)
     B, H, T, K, V = x.shape
-    acc_torch = _compute(k.dtype)[0]
+    acc_torch = compute_precision(k.dtype)[0]
     NH = cfg.window - 1
     momentum = cfg.optimizer == "momentum"
     if state is None:
@@ -432,9 +428,9 @@ def memory_chunk_triton_mlp(q, k, v, gates, params, cfg: MemoryConfig, state: Me
         return MemoryState(
             weights={"W1": weights[0], "W2": weights[1]},
             momentum={"W1": weights[2], "W2": weights[3]} if momentum else None,
-            halo_k=_tail(kc, hk, at, NH).to(acc_torch),
-            halo_v=_tail(vc, hv, at, NH).to(acc_torch),
-            halo_gamma=_tail(gamma, hg, at, NH).to(acc_torch),
+            halo_k=window_tail(kc, hk, at, NH).to(acc_torch),
+            halo_v=window_tail(vc, hv, at, NH).to(acc_torch),
+            halo_gamma=window_tail(gamma, hg, at, NH).to(acc_torch),
         )
 
     new_state = _state(T, end)

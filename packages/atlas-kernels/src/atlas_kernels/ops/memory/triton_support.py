@@ -7,11 +7,13 @@ import torch
 from atlas_kernels.config import MemoryConfig
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# limits of both memory kernels: chunk length, window halo (c - 1) and key dim held in one program's tiles
+MAX_CHUNK = 128
+MAX_HALO = 64
+MAX_KEY_DIM = 256
 
 
-def common_unsupported(
-    cfg: MemoryConfig, q: torch.Tensor | None, *, memory: str, op: str, max_halo: int, max_chunk: int, max_key_dim: int
-) -> tuple[str, str] | None:
+def common_unsupported(cfg: MemoryConfig, q: torch.Tensor | None, *, memory: str, op: str) -> tuple[str, str] | None:
     """None when `cfg` (and the input `q`) fit a Triton op implementing `memory`, else (field, reason) of the first
     unsupported setting; `op` names the kernel in the reason."""
     if cfg.memory != memory:
@@ -24,13 +26,26 @@ def common_unsupported(
         return "decay_target", f"decay_target={cfg.decay_target!r} ({op} decays toward 0 only)"
     if cfg.is_global:
         return "window", f"window='global' ({op} implements a finite window c)"
-    if cfg.window - 1 > max_halo:
-        return "window", f"window={cfg.window} ({op} supports c - 1 <= {max_halo})"
-    if cfg.chunk_size > max_chunk:
-        return "chunk_size", f"chunk_size={cfg.chunk_size} ({op} supports b <= {max_chunk})"
+    if cfg.window - 1 > MAX_HALO:
+        return "window", f"window={cfg.window} ({op} supports c - 1 <= {MAX_HALO})"
+    if cfg.chunk_size > MAX_CHUNK:
+        return "chunk_size", f"chunk_size={cfg.chunk_size} ({op} supports b <= {MAX_CHUNK})"
     if q is not None:
         if q.dtype not in FLOAT_DTYPES:
             return "q", f"dtype {q.dtype}"
-        if q.dim() == 4 and q.shape[-1] > max_key_dim:
-            return "q", f"key dim {q.shape[-1]} ({op} supports Dk <= {max_key_dim})"
+        if q.dim() == 4 and q.shape[-1] > MAX_KEY_DIM:
+            return "q", f"key dim {q.shape[-1]} ({op} supports Dk <= {MAX_KEY_DIM})"
     return None
+
+
+def window_tail(seq: torch.Tensor, halo: torch.Tensor, end: int, n: int) -> torch.Tensor:
+    """Tokens [end - n, end) of the extended sequence (halo, then seq) in heads-first layout: the halo a state
+    carries to the next call.
+
+    seq: [B, T, H(, D)] public layout; halo: [B, H, n(, D)].
+    """
+    if n == 0:
+        return halo[:, :, :0]
+    if end >= n:
+        return seq[:, end - n : end].transpose(1, 2)
+    return torch.cat([halo[:, :, end:], seq[:, :end].transpose(1, 2).to(halo.dtype)], dim=2)

@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from atlas_kernels.config import DEFAULT_NS_COEFFS
+from atlas_kernels.ops.triton_common import compute_precision, dot
 
 MAX_SMALL_DIM = 128
 MAX_LARGE_DIM = 256
@@ -34,19 +35,10 @@ scratch_limit_bytes = 256 * 2**20
 
 
 @triton.jit
-def _dot(a, b, PREC: tl.constexpr):
-    """a @ b, fp32 accumulation; PREC "bf16" stages the operands in bf16 (GPU, half-precision inputs)."""
-    if PREC == "bf16":
-        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
-    else:
-        return tl.dot(a, b, input_precision=PREC)
-
-
-@triton.jit
 def _ns_step(y, ca, cb, cc, PREC: tl.constexpr):
-    a = _dot(y, tl.trans(y), PREC)
-    b = cb * a + cc * _dot(a, a, PREC)
-    return ca * y + _dot(b, y, PREC)
+    a = dot(y, tl.trans(y), PREC)
+    b = cb * a + cc * dot(a, a, PREC)
+    return ca * y + dot(b, y, PREC)
 
 
 @triton.jit
@@ -143,11 +135,11 @@ def _ns_bwd_kernel(
             y = y0
             for _ in range(i):
                 y = _ns_step(y, ca, cb, cc, PREC)
-        a = _dot(y, tl.trans(y), PREC)
-        b = cb * a + cc * _dot(a, a, PREC)
-        db = _dot(g, tl.trans(y), PREC)
-        da = cb * db + cc * (_dot(db, a, PREC) + _dot(a, db, PREC))
-        g = ca * g + _dot(b, g, PREC) + _dot(da + tl.trans(da), y, PREC)
+        a = dot(y, tl.trans(y), PREC)
+        b = cb * a + cc * dot(a, a, PREC)
+        db = dot(g, tl.trans(y), PREC)
+        da = cb * db + cc * (dot(db, a, PREC) + dot(a, db, PREC))
+        g = ca * g + dot(b, g, PREC) + dot(da + tl.trans(da), y, PREC)
     inner = tl.sum(tl.sum(g * x, axis=1), axis=0)
     coef = tl.where(norm > 0, inner / (s * s * tl.maximum(norm, 1e-30)), 0.0)
     dx = g / s - coef * x
@@ -158,18 +150,6 @@ def _ns_bwd_kernel(
 
 def _block(n: int) -> int:
     return max(16, triton.next_power_of_2(n))
-
-
-def _compute(dtype: torch.dtype, device: torch.device):
-    """(tile dtype, dot precision): on GPU bf16 operands for half-precision inputs (as Muon does NS in bf16, with
-    fp32 accumulation here) and 3xTF32 for fp32; fp32/fp64 operands under the interpreter (bf16 dots are wrong
-    there and the input precision is ignored)."""
-    if dtype == torch.float64:
-        return tl.float64, "ieee"
-    on_gpu = device.type == "cuda"
-    if dtype == torch.float32:
-        return tl.float32, "tf32x3" if on_gpu else "ieee"
-    return tl.float32, "bf16" if on_gpu else "tf32"
 
 
 def _oriented(t: torch.Tensor, tall: bool):
@@ -213,7 +193,7 @@ def ns_forward(x: torch.Tensor, steps: int, coeffs, eps: float) -> torch.Tensor:
     tall = m > n
     M, N = (n, m) if tall else (m, n)
     BM, BN = _block(M), _block(N)
-    acc, prec = _compute(x.dtype, x.device)
+    _, acc, prec = compute_precision(x.dtype, x.device)
     _ns_fwd_kernel[(count,)](
         x3,
         y3,
@@ -245,7 +225,7 @@ def ns_backward(x: torch.Tensor, dy: torch.Tensor, steps: int, coeffs, eps: floa
     tall = m > n
     M, N = (n, m) if tall else (m, n)
     BM, BN = _block(M), _block(N)
-    acc, prec = _compute(x.dtype, x.device)
+    _, acc, prec = compute_precision(x.dtype, x.device)
     itemsize = 8 if x.dtype == torch.float64 else 4
     scratch_bytes = count * steps * BM * BN * itemsize
     use_scratch = steps > 0 and scratch_bytes <= scratch_limit_bytes
