@@ -44,7 +44,7 @@ localrules:
 
 rule ablation_parent:
     output:
-        record=f"{RESULTS}/runs/ablation_{{axis}}/parent.json",
+        record=parent_record("{axis}"),
     params:
         atlas=ATLAS,
         uri=tracking_uri(),
@@ -67,7 +67,7 @@ rule ablation_summary:
         cells=lambda wc: ablation_cells(wc.axis),
         record=lambda wc: parent_record(wc.axis),
     output:
-        summary=f"{RESULTS}/runs/ablation_{{axis}}/summary.json",
+        summary=ablation_summary("{axis}"),
     params:
         atlas=ATLAS,
     log:

@@ -26,6 +26,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from atlas_experiments._io import write_json_atomic
+
 log = logging.getLogger(__name__)
 
 PACKAGES = ("atlas-kernels", "atlas-model", "atlas-data", "atlas-experiments", "torch", "transformers")
@@ -243,9 +245,7 @@ def open_tracker(
     except Exception as exc:
         log.warning("cannot open MLflow at %s (%s); training continues untracked (atlas track sync later)", uri, exc)
         return Tracker()
-    tmp = record.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"uri": uri, "run_id": tracker.run_id, "experiment": experiment}))
-    os.replace(tmp, record)
+    write_json_atomic(record, {"uri": uri, "run_id": tracker.run_id, "experiment": experiment}, indent=None)
     return tracker
 
 
@@ -360,10 +360,9 @@ def open_parent(
     tracker.end("FINISHED")
     if tracker.failed:
         raise RuntimeError(f"could not write the parent run {experiment}/{name} to {uri}")
-    record.parent.mkdir(parents=True, exist_ok=True)
-    tmp = record.with_name(record.name + ".tmp")
-    tmp.write_text(json.dumps({"uri": uri, "experiment": experiment, "run_name": name, "run_id": tracker.run_id}))
-    os.replace(tmp, record)
+    write_json_atomic(
+        record, {"uri": uri, "experiment": experiment, "run_name": name, "run_id": tracker.run_id}, indent=None
+    )
     return tracker.run_id
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
+
+from atlas_experiments._io import write_json_atomic
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,10 +69,6 @@ def summarize(args: argparse.Namespace) -> int:
 
     parent_id = tracking.read_parent(args.record)
     summary = tracking.summarize_children(json.loads(Path(args.record).read_text())["uri"], parent_id)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=2))
-    os.replace(tmp, out)
+    write_json_atomic(args.out, summary)
     print(f"{len(summary['cells'])} cells under {parent_id}; best: {summary['best']}")
     return 0

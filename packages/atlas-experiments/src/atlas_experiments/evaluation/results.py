@@ -9,12 +9,12 @@ MLflow (names sanitised) with the deviations as tags, in one run per evaluation 
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from atlas_experiments._io import write_json_atomic
 
 
 @dataclass
@@ -50,12 +50,7 @@ def model_label(model: str) -> str:
 
 def write_result(result: EvalResult, path: str | Path) -> Path:
     """Write the results JSON atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=False))
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(path, result.to_dict())
 
 
 def track_result(

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from atlas_experiments import tracking
+from atlas_experiments._io import write_text_atomic as _write
 from atlas_experiments.reporting import eval_tables, figures
 from atlas_experiments.reporting import paper_tables as paper
 from atlas_experiments.reporting.markdown import table as _table
-from atlas_experiments.reporting.markdown import write_atomic as _write
 
 
 def _latest_per_name(runs: list[dict]) -> list[dict]:
@@ -32,6 +32,11 @@ def _latest_per_name(runs: list[dict]) -> list[dict]:
     for run in sorted(runs, key=lambda r: (r["status"] == "FINISHED", r["start_time"] or 0)):
         best[(run["experiment"], run["run_name"], run["tags"].get("model", ""))] = run
     return sorted(best.values(), key=lambda r: (r["experiment"], r["run_name"]))
+
+
+def _is_cell(run: dict) -> bool:
+    """An ablation cell (its axis's parent run holds the summary, not a cell)."""
+    return run["experiment"].startswith("ablation_") and run["tags"].get(tracking.ROLE_TAG) != "parent"
 
 
 def _ppl(loss: float | None) -> float | None:
@@ -78,7 +83,7 @@ def ablation_report(runs: list[dict], fig_dir: Path) -> str:
     out = ["# Ablations (Table 6 / Fig. 5)\n"]
     by_axis = defaultdict(list)
     for run in runs:
-        if run["experiment"].startswith("ablation_") and run["tags"].get(tracking.ROLE_TAG) != "parent":
+        if _is_cell(run):
             by_axis[run["experiment"].removeprefix("ablation_")].append(run)
     if not by_axis:
         return out[0] + "\nNo ablation runs are tracked yet.\n"
@@ -148,7 +153,7 @@ def build_reports(uri: str, out_dir: str | Path, title: str = "ATLAS reproductio
         "evaluations.md": evaluation_report(runs, fig_dir),
     }
     n_pre = sum(r["experiment"] == "pretrain" for r in runs)
-    n_abl = sum(r["experiment"].startswith("ablation_") and r["tags"].get(tracking.ROLE_TAG) != "parent" for r in runs)
+    n_abl = sum(_is_cell(r) for r in runs)
     n_eval = sum("task" in r["tags"] for r in runs)
     index = [
         f"# {title}\n\n",

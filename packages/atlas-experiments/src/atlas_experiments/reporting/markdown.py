@@ -1,10 +1,8 @@
-"""Markdown and file helpers shared by the report pages."""
+"""Markdown helpers shared by the report pages."""
 
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 from typing import Any
 
 
@@ -20,10 +18,3 @@ def table(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
