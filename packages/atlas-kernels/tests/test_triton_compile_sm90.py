@@ -62,6 +62,20 @@ def _compile_case(kind: str, *args: str) -> list[int]:
         mom = cx["MOMENTUM"]
         cx.update(HAS_DWT=True, HAS_DWR=True, HAS_DST=mom, HAS_DSR=mom)
         return [_compile(lt._linear_bwd_kernel, types, cx, lt._num_warps(BT, BK, BV))]
+    if kind == "mlp":
+        from atlas_kernels.ops.memory import triton_mlp as mt
+        from atlas_kernels.ops.memory import triton_mlp_bwd as mb
+
+        direction, chunk, window, D = args[0], int(args[1]), int(args[2]), int(args[3])
+        prec = "bf16" if args[4] == "bf16" else "tf32x3"
+        fn = mt._mlp_fwd_kernel if direction == "fwd" else mb._mlp_bwd_kernel
+        half = ("q_ptr", "k_ptr", "v_ptr", "a_ptr", "e_ptr", "g_ptr", "th_ptr", "y_ptr", "dy_ptr")
+        types = {n: ("*bf16" if n in half and prec == "bf16" else "*fp32") for n in fn.arg_names if n.endswith("_ptr")}
+        types.update(gate_eps="fp32", norm_eps="fp32")
+        BT, BW, BK, BV, BD = mt._blocks(chunk, window - 1, D, D, 4 * D, None, prec)
+        cx = dict(BT=BT, BW=BW, BK=BK, BV=BV, BD=BD, L2=True, MOMENTUM=True, NORM=True, RESIDUAL=True, SILU=False)
+        cx.update(ACC=tl.float32, PREC=prec)
+        return [_compile(fn, types, cx, mt._num_warps(BW, BK))]
     if kind == "newton_schulz":
         from atlas_kernels.ops.newton_schulz import triton as nst
 
@@ -98,6 +112,16 @@ def _run(*case: str) -> None:
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
 def test_linear_memory_compiles(variant, BK, direction):
     _run("memory", variant, str(BK), direction)
+
+
+# (chunk, window, head dim, dtype): 340M / 760M layer shapes in bf16; fp32 at the largest tile the guard admits
+MLP_CASES = [(64, 4, 64, "bf16"), (64, 4, 96, "bf16"), (64, 4, 128, "bf16"), (32, 4, 64, "fp32")]
+
+
+@pytest.mark.parametrize("case", MLP_CASES, ids=["-".join(map(str, c)) for c in MLP_CASES])
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_mlp_memory_compiles(case, direction):
+    _run("mlp", direction, *map(str, case))
 
 
 @pytest.mark.parametrize("shape", [(64, 64), (64, 256), (128, 128)])

@@ -62,6 +62,10 @@ def _blocks(chunk: int, NH: int, K: int, V: int, DH: int, block_h: int | None, p
     return p2(chunk), p2(chunk + NH), p2(K), p2(V), BD
 
 
+def _num_warps(BW: int, BK: int) -> int:
+    return 4 if max(BW, BK) <= 32 else 8
+
+
 class MLPMemoryFunction(torch.autograd.Function):
     """Inputs: q, k [B, T, H, Dk]; v [B, T, H, Dv]; alpha, eta, gamma, theta [B, T, H]; W1 [B, H, Dv, Dh],
     W2 [B, H, Dh, Dk], S1, S2 likewise (momentum only); ln_weight, ln_bias [H, Dv] (memory_norm only);
@@ -91,7 +95,7 @@ class MLPMemoryFunction(torch.autograd.Function):
         launch = dict(
             BT=BT, BW=BW, BK=BK, BV=BV, BD=BD, L2=cfg.bias == "l2", MOMENTUM=momentum, NORM=cfg.memory_norm,
             RESIDUAL=cfg.residual, SILU=cfg.activation == "silu", ACC=acc, PREC=prec,
-            num_warps=4 if max(BW, BK) <= 32 else 8, num_stages=1,
+            num_warps=_num_warps(BW, BK), num_stages=1,
         )  # fmt: skip
         _mlp_fwd_kernel[(B * H,)](
             q, k, v, alpha, eta, gamma, theta, hk, hv, hg, lnw, lnb,

@@ -125,7 +125,7 @@ def _mlp_bwd_kernel(
             if MOMENTUM:
                 S2b = tl.load(s2_ptr + base2 + off2, mask=m2, other=0.0)
                 a -= P[:, None] * dot(q, tl.trans(S2b), PREC)
-            hq, _ = _act(a, SILU)
+            hq, dqa = _act(a, SILU)
             yb += A[:, None] * dot(hq, tl.trans(W1b), PREC)
             scores += dot(hq, tl.trans(h0), PREC)
             X1 += dot(h0, tl.trans(tl.load(gw1_ptr + gend1 + off1, mask=m1, other=0.0)), PREC)
@@ -141,7 +141,7 @@ def _mlp_bwd_kernel(
         else:
             dq = tl.zeros((BT, BK), dtype=ACC)
         if NORM:
-            _, yhy, invy = _layer_norm(yb, lnw, lnb, vmask, V, norm_eps)
+            yln, yhy, invy = _layer_norm(yb, lnw, lnb, vmask, V, norm_eps)
             dyb = _ln_bwd(yhy, invy, dy, lnw, vmask, V)
             dlnw += tl.sum(dy * yhy, axis=0)
             dlnb += tl.sum(dy, axis=0)

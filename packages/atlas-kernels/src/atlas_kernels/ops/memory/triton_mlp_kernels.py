@@ -136,7 +136,7 @@ def _signal(wk, wv, w1_ptr, w2_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps, 
         dmask = rdd < DH
         W2b = tl.load(w2_ptr + base2 + rdd[:, None] * K + rk[None, :], mask=dmask[:, None] & kmask[None, :], other=0.0)
         W1b = tl.load(w1_ptr + base1 + rv[:, None] * DH + rdd[None, :], mask=vmask[:, None] & dmask[None, :], other=0.0)
-        h0, _ = _act(dot(wk, tl.trans(W2b), PREC), SILU)
+        h0, d0a = _act(dot(wk, tl.trans(W2b), PREC), SILU)
         b0 += dot(h0, tl.trans(W1b), PREC)
     yh0 = b0
     inv0 = tl.sum(b0, axis=1) * 0.0
@@ -197,7 +197,7 @@ def _mlp_fwd_kernel(
         C, cl, A, A_L, P, P_L, r, Th_L = _coefficients(alpha, eta, theta, wg, rows, rw, L, NH, gate_eps, MOMENTUM, PREC)
         base1 = (i_bh.to(tl.int64) * (NT + 1) + i_t) * V * DH
         base2 = (i_bh.to(tl.int64) * (NT + 1) + i_t) * DH * K
-        eb, _, _, _ = _signal(wk, wv, w1_ptr, w2_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps, rk, rv, rd,
+        eb, e0, yh0, inv0 = _signal(wk, wv, w1_ptr, w2_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps, rk, rv, rd,
                               BW, BV, BD, L2, NORM, RESIDUAL, SILU, ACC, PREC)  # fmt: skip
 
         # dual-form retrieval and the end-of-chunk state, one hidden block at a time
@@ -222,7 +222,7 @@ def _mlp_fwd_kernel(
                 S2b = tl.load(s2_ptr + base2 + off2, mask=m2, other=0.0)
                 S1b = tl.load(s1_ptr + base1 + off1, mask=m1, other=0.0)
                 a -= P[:, None] * dot(q, tl.trans(S2b), PREC)
-            hq, _ = _act(a, SILU)
+            hq, dqa = _act(a, SILU)
             yb += A[:, None] * dot(hq, tl.trans(W1b), PREC)
             scores += dot(hq, tl.trans(h0), PREC)
             W2n = A_L * W2b - dot(tl.trans(cl[:, None] * ds), wk, PREC)
@@ -239,7 +239,7 @@ def _mlp_fwd_kernel(
             tl.store(w1_ptr + base1 + V * DH + off1, W1n, mask=m1)
         yb -= dot(C * scores, eb, PREC)
         if NORM:
-            yb, _, _ = _layer_norm(yb, lnw, lnb, vmask, V, norm_eps)
+            yb, yhy, invy = _layer_norm(yb, lnw, lnb, vmask, V, norm_eps)
         if RESIDUAL:
             yb += q
         ymask = valid[:, None] & vmask[None, :]
