@@ -8,20 +8,12 @@ from typing import Literal
 import torch
 
 from atlas_kernels.config import MemoryConfig
+from atlas_kernels.ops.dispatch import triton_available
 from atlas_kernels.ops.memory.chunk import memory_chunk_torch
 from atlas_kernels.ops.memory.state import MemoryState
 
 Backend = Literal["auto", "torch", "triton"]
 BACKENDS = ("auto", "torch", "triton")
-
-
-def triton_available() -> bool:
-    """True when the `triton` package imports (a Linux dependency of atlas-kernels; absent elsewhere)."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _interpreting() -> bool:

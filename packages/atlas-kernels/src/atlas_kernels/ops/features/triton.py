@@ -241,18 +241,8 @@ class PolyL2Function(torch.autograd.Function):
         return dx.reshape(x_shape), droot.to(root.dtype), None, None
 
 
-def poly_features_l2norm_triton(x: torch.Tensor, coeffs: torch.Tensor, degree: int, eps: float = 1e-12):
-    """phi(l2norm(x)): `poly_features(F.normalize(x, dim=-1, eps=eps), coeffs, degree)` in one kernel each way.
-
-    Args:
-        x: [..., H, T, d] (heads on dim -3) when `coeffs` is [H, p + 1], or any [..., d] with shared coeffs
-            [p + 1]; d <= 256; fp16, bf16, fp32 or fp64.
-        coeffs: a_i >= 0, [p + 1] or [H, p + 1]; differentiable (through sqrt(a_i), as the reference).
-        degree: p >= 1.
-        eps: the normalisation floor of F.normalize.
-    Returns:
-        [..., C(d + p, p)] in the dtype of x, blocks ordered by degree 0..p.
-    """
+def _check(x: torch.Tensor, coeffs: torch.Tensor, degree: int) -> None:
+    """The arguments and limits of `poly_features_l2norm_triton` (ValueError naming the argument)."""
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
         raise ValueError(f"x: expected a tensor [..., d], got {type(x).__name__}")
     if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
@@ -265,5 +255,20 @@ def poly_features_l2norm_triton(x: torch.Tensor, coeffs: torch.Tensor, degree: i
         raise ValueError(f"x: feature dim {x.shape[-1]} exceeds the kernel limit {MAX_DIM}")
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         raise ValueError(f"x: dtype {x.dtype} is not supported")
+
+
+def poly_features_l2norm_triton(x: torch.Tensor, coeffs: torch.Tensor, degree: int, eps: float = 1e-12):
+    """phi(l2norm(x)): `poly_features(F.normalize(x, dim=-1, eps=eps), coeffs, degree)` in one kernel each way.
+
+    Args:
+        x: [..., H, T, d] (heads on dim -3) when `coeffs` is [H, p + 1], or any [..., d] with shared coeffs
+            [p + 1]; d <= 256; fp16, bf16, fp32 or fp64.
+        coeffs: a_i >= 0, [p + 1] or [H, p + 1]; differentiable (through sqrt(a_i), as the reference).
+        degree: p >= 1.
+        eps: the normalisation floor of F.normalize.
+    Returns:
+        [..., C(d + p, p)] in the dtype of x, blocks ordered by degree 0..p.
+    """
+    _check(x, coeffs, degree)
     root = coeffs.to(torch.float64 if x.dtype == torch.float64 else torch.float32).sqrt()
     return PolyL2Function.apply(x, root, degree, float(eps))

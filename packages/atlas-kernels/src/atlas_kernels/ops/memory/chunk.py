@@ -33,7 +33,7 @@ from atlas_kernels.ops.memory.functional import activation, explicit_features, m
 from atlas_kernels.ops.memory.inputs import OpInputs, prepare_inputs
 from atlas_kernels.ops.memory.params import initial_state
 from atlas_kernels.ops.memory.state import MemoryState, pending_inputs, resume_inputs
-from atlas_kernels.ops.newton_schulz import newton_schulz
+from atlas_kernels.ops.newton_schulz import newton_schulz_auto
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -201,8 +201,8 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
     wv = torch.cat([state.halo_v, vc], dim=2)
     wg = torch.cat([state.halo_gamma, xc.gamma], dim=2)
     exp = cfg.feature_map == "exp"
-    fk = None if exp else explicit_features(wk, params, cfg)
-    fq = None if exp else explicit_features(qc, params, cfg)
+    fk = None if exp else explicit_features(wk, params, cfg, allow_triton=True)
+    fq = None if exp else explicit_features(qc, params, cfg, allow_triton=True)
 
     G = window_gates(wg, L, h, cfg)
     d = chunk_decays(alpha, theta, cfg)
@@ -323,7 +323,7 @@ def _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target=None):
     for name, (signal, z) in factors.items():
         S = d.Th[..., None, None] * state.momentum[name].unsqueeze(2)
         S = S + torch.einsum("bhjw,bhwo,bhwi->bhjoi", LThG, signal, z)
-        O = newton_schulz(S, cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps)
+        O = newton_schulz_auto(S, cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps)
         W = d.A[..., None, None] * state.weights[name].unsqueeze(2)
         if target is not None:  # W_init [H, o, i] against the per-token axis
             W = W + (1.0 - d.A)[..., None, None] * target[name].unsqueeze(1)

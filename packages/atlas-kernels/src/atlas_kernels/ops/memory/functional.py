@@ -11,19 +11,26 @@ import torch
 import torch.nn.functional as F
 
 from atlas_kernels.config import MemoryConfig
-from atlas_kernels.ops.features import exp_taylor_coeffs, poly_features
+from atlas_kernels.ops.features import exp_taylor_coeffs, poly_features, poly_features_auto
 
 
 def activation(a: torch.Tensor, cfg: MemoryConfig) -> torch.Tensor:
     return F.gelu(a) if cfg.activation == "gelu" else F.silu(a)
 
 
-def explicit_features(x: torch.Tensor, params: dict[str, torch.Tensor], cfg: MemoryConfig) -> torch.Tensor:
-    """phi(x) as a finite vector; exp features are truncated at `cfg.exp_taylor_degree` (naive oracle only)."""
+def explicit_features(
+    x: torch.Tensor, params: dict[str, torch.Tensor], cfg: MemoryConfig, *, allow_triton: bool = False
+) -> torch.Tensor:
+    """phi(x) as a finite vector; exp features are truncated at `cfg.exp_taylor_degree` (naive oracle only).
+
+    allow_triton: poly features through `poly_features_auto` (the Triton kernel on CUDA tensors it supports; the
+        chunk op), instead of the torch reference `poly_features` (the naive oracle and the readout keep it).
+    """
     if cfg.feature_map == "identity":
         return x
     if cfg.feature_map == "poly":
-        return poly_features(x, params["feature_coeffs"], cfg.poly_degree)
+        poly = poly_features_auto if allow_triton else poly_features
+        return poly(x, params["feature_coeffs"], cfg.poly_degree)
     coeffs = exp_taylor_coeffs(cfg.exp_taylor_degree, x.dtype).to(x.device)
     return poly_features(x, coeffs, cfg.exp_taylor_degree)
 
