@@ -34,7 +34,6 @@ def test_auto_and_torch_run_the_torch_op_on_cpu():
 @pytest.mark.parametrize(
     "fields,field",
     [
-        ({"memory": "gated_mlp"}, "memory"),
         ({"optimizer": "muon"}, "optimizer"),
         ({"feature_map": "poly"}, "feature_map"),
         ({"window": "global"}, "window"),

@@ -19,8 +19,8 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 H = 2
 
 
-def _cfg(optimizer="gd", window=1, chunk_size=4, **kw):
-    return MemoryConfig(memory="mlp", optimizer=optimizer, window=window, chunk_size=chunk_size, **kw)
+def _cfg(optimizer="gd", window=1, chunk_size=4, memory="mlp", **kw):
+    return MemoryConfig(memory=memory, optimizer=optimizer, window=window, chunk_size=chunk_size, **kw)
 
 
 def _case(cfg, B=1, T=11, Dk=4, Dv=None, dtype=torch.float64, seed=3, eta_scale=1.0):
@@ -64,11 +64,12 @@ def _assert_match(ref, out, tol):
     return errs
 
 
+@pytest.mark.parametrize("memory", ["mlp", "gated_mlp"])
 @pytest.mark.parametrize("optimizer", ["gd", "momentum"])
 @pytest.mark.parametrize("window", [1, 3])
 @pytest.mark.parametrize("chunk_size,T", [(4, 7), (4, 33)])
-def test_matches_torch_op_float64(optimizer, window, chunk_size, T):
-    cfg = _cfg(optimizer, window, chunk_size)
+def test_matches_torch_op_float64(optimizer, window, chunk_size, T, memory):
+    cfg = _cfg(optimizer, window, chunk_size, memory)
     args = _case(cfg, T=T, eta_scale=0.3)
     ref = _run(memory_chunk, *args, cfg)
     out = _run(memory_chunk_triton_mlp, *args, cfg)
@@ -78,11 +79,12 @@ def test_matches_torch_op_float64(optimizer, window, chunk_size, T):
     _assert_match(ref, out, 1e-10 if T < 20 else 1e-9)
 
 
+@pytest.mark.parametrize("memory", ["mlp", "gated_mlp"])
 @pytest.mark.parametrize("optimizer", ["gd", "momentum"])
 @pytest.mark.parametrize("window,chunk_size", [(1, 1), (2, 1), (3, 4), (6, 4)], ids=["b1", "b1-c2", "b4-c3", "b4-c6"])
-def test_matches_naive_oracle(window, chunk_size, optimizer):
+def test_matches_naive_oracle(window, chunk_size, optimizer, memory):
     """Against the token loop: b = 1 is the exact recurrence; window 6 > b reaches two chunks back."""
-    cfg = _cfg(optimizer, window, chunk_size)
+    cfg = _cfg(optimizer, window, chunk_size, memory)
     args = _case(cfg, T=7, seed=5)
     oracle = memory_naive if chunk_size == 1 else memory_naive_chunked
     _assert_match(_run(oracle, *args, cfg), _run(memory_chunk_triton_mlp, *args, cfg), 1e-9)
@@ -95,6 +97,9 @@ VARIANTS = {
     "dot-bias": ({"bias": "dot"}, {}),
     "hidden-blocks-B2": ({"expansion": 4}, {"Dk": 5, "B": 2}),  # Dh = 20 in blocks of 16: a partial block
     "expansion-1": ({"expansion": 1}, {}),
+    "gated-silu-no-norm": ({"memory": "gated_mlp", "activation": "silu", "memory_norm": False}, {}),
+    "gated-dot-no-residual": ({"memory": "gated_mlp", "bias": "dot", "residual": False}, {"Dv": 6}),
+    "gated-hidden-blocks": ({"memory": "gated_mlp", "expansion": 4}, {"Dk": 5, "B": 2}),
 }
 
 
@@ -122,11 +127,11 @@ def test_float32_error_ratio(optimizer):
         assert e <= 10 * errs_torch[name] + 1e-6, (name, e, errs_torch[name])
 
 
-@pytest.mark.parametrize("optimizer", ["gd", "momentum"])
-def test_segments_carry_state_and_gradients(optimizer):
+@pytest.mark.parametrize("optimizer,memory", [("gd", "mlp"), ("momentum", "mlp"), ("momentum", "gated_mlp")])
+def test_segments_carry_state_and_gradients(optimizer, memory):
     """Two segments (the first ends inside a chunk: pending tokens, resume state) with the state kept in the
     graph == one call, outputs and every gradient (through the halo and the resume weights)."""
-    cfg = _cfg(optimizer, 3, 4)
+    cfg = _cfg(optimizer, 3, 4, memory)
     q, k, v, gates, p = _case(cfg, T=13, seed=11, eta_scale=0.5)
 
     def two_segments(q, k, v, gates, p, cfg, state=None):
@@ -142,10 +147,10 @@ def test_segments_carry_state_and_gradients(optimizer):
     _assert_match(ref, out, 1e-10)
 
 
-@pytest.mark.parametrize("optimizer", ["gd", "momentum"])
-def test_states_interoperate_with_the_torch_op(optimizer):
+@pytest.mark.parametrize("optimizer,memory", [("gd", "mlp"), ("momentum", "mlp"), ("momentum", "gated_mlp")])
+def test_states_interoperate_with_the_torch_op(optimizer, memory):
     """torch -> triton -> torch over three segments, then decoding through backend="triton" == one call."""
-    cfg = _cfg(optimizer, 3, 4)
+    cfg = _cfg(optimizer, 3, 4, memory)
     q, k, v, gates, p = _case(cfg, B=2, T=15, seed=2, eta_scale=0.5)
     q, k, v = q.detach(), k.detach(), v.detach()
     gates = {n: g.detach() for n, g in gates.items()}
@@ -184,13 +189,15 @@ def test_dispatch():
         (_cfg(window="global"), "window"),
         (_cfg(window=66), "window"),
         (_cfg(chunk_size=256), "chunk_size"),
-        (MemoryConfig(memory="gated_mlp"), "memory"),
+        (_cfg(decay_target="init"), "decay_target"),
     ):
         with pytest.raises(ValueError, match=f"^{field}: not supported by backend='triton'"):
             api.select_backend(q, cfg, "triton")
         assert api.select_backend(q, cfg, "auto") == "torch"
     with pytest.raises(ValueError, match="^optimizer: not supported by the Triton backend"):
         memory_chunk_triton_mlp(*_case(_cfg("gd"), T=3), _cfg("muon"))
+    with pytest.raises(ValueError, match="^memory: not supported by the Triton backend.*'mlp' and 'gated_mlp'"):
+        memory_chunk_triton_mlp(*_case(_cfg("gd"), T=3), MemoryConfig(memory="linear"))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path")

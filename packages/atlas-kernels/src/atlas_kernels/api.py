@@ -23,14 +23,14 @@ def _interpreting() -> bool:
 def triton_unsupported(cfg: MemoryConfig, q: torch.Tensor | None = None):
     """None when a Triton kernel covers this call, else (field, reason) of the first unsupported setting.
 
-    memory="linear" -> `triton_linear`, memory="mlp" -> `triton_mlp`; gated_mlp has no kernel.
+    memory="linear" -> `triton_linear`, memory="mlp" | "gated_mlp" -> `triton_mlp`.
     """
-    if cfg.memory == "mlp":
+    if cfg.memory in ("mlp", "gated_mlp"):
         from atlas_kernels.ops.memory.triton_mlp import triton_unsupported as mlp_unsupported
 
         return mlp_unsupported(cfg, q)
     if cfg.memory != "linear":
-        return "memory", f"memory={cfg.memory!r} (the Triton ops implement memory='linear' and 'mlp')"
+        return "memory", f"memory={cfg.memory!r} (the Triton ops implement memory='linear', 'mlp' and 'gated_mlp')"
     from atlas_kernels.ops.memory.triton_linear import triton_unsupported as linear_unsupported
 
     return linear_unsupported(cfg, q)
@@ -100,11 +100,11 @@ def memory_chunk(
         backend: "auto" | "torch" | "triton".
             "torch": the PyTorch chunk op (every configuration, every dtype and device).
             "triton": the Triton kernels (`ops/memory/triton_linear.py`, `ops/memory/triton_mlp.py`), which cover
-                memory "linear" or "mlp" (with or without memory_norm / residual, gelu or silu),
+                memory "linear", "mlp" or "gated_mlp" (with or without memory_norm / residual, gelu or silu),
                 feature_map="identity", optimizer "gd" or "momentum", bias l2 or dot, a finite window with
                 c - 1 <= 64, decay_first (linear), chunk_size <= 128, Dk <= 256, float16/bfloat16/float32
-                (float64 too: exact under the interpreter, for tests; not meant for GPUs). The MLP op's backward
-                is PyTorch (per-chunk recomputation from the stored chunk-start states).
+                (float64 too: exact under the interpreter, for tests; not meant for GPUs). Both backwards are
+                Triton kernels that recompute each chunk from its stored start state.
                 Raises ValueError naming the field for anything else; needs CUDA tensors, or CPU tensors with
                 TRITON_INTERPRET=1 (set before the Triton modules are imported). Outputs, states and every
                 gradient match the torch op; states interoperate both ways (resume of pending tokens included).
@@ -114,7 +114,7 @@ def memory_chunk(
         (o [B, T, H, Dv] in the dtype of v, the MemoryState after the last token).
     """
     if select_backend(q, cfg, backend) == "triton":
-        if cfg.memory == "mlp":
+        if cfg.memory in ("mlp", "gated_mlp"):
             from atlas_kernels.ops.memory.triton_mlp import memory_chunk_triton_mlp
 
             return memory_chunk_triton_mlp(q, k, v, gates, params, cfg, state)

@@ -187,7 +187,7 @@ class LinearMemoryFunction(torch.autograd.Function):
 def triton_unsupported(cfg: MemoryConfig, q: torch.Tensor | None = None, v: torch.Tensor | None = None):
     """None when the Triton linear-memory op covers this call, else (field, reason) of the first unsupported
     setting (cfg fields by name; "q" for the input)."""
-    return common_unsupported(cfg, q, memory="linear", op="the Triton op")
+    return common_unsupported(cfg, q, memory=("linear",), op="the Triton op")
 
 
 def memory_chunk_triton(q, k, v, gates, params, cfg: MemoryConfig, state: MemoryState | None = None, block_v=None):

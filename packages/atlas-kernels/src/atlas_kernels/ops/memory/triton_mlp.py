@@ -66,66 +66,69 @@ def _num_warps(BW: int, BK: int) -> int:
     return 4 if max(BW, BK) <= 32 else 8
 
 
+# state tensors in the order the Function takes and returns them; absent ones (W3 without gated_mlp, the S
+# without momentum) are empty placeholders
+STATE_ORDER = (("weights", "W1"), ("weights", "W2"), ("weights", "W3"), ("momentum", "W1"), ("momentum", "W2"),
+               ("momentum", "W3"))  # fmt: skip
+
+
+def state_present(cfg: MemoryConfig) -> list[bool]:
+    gated, momentum = cfg.memory == "gated_mlp", cfg.optimizer == "momentum"
+    return [True, True, gated, momentum, momentum, momentum and gated]
+
+
 class MLPMemoryFunction(torch.autograd.Function):
-    """Inputs: q, k [B, T, H, Dk]; v [B, T, H, Dv]; alpha, eta, gamma, theta [B, T, H]; W1 [B, H, Dv, Dh],
-    W2 [B, H, Dh, Dk], S1, S2 likewise (momentum only); ln_weight, ln_bias [H, Dv] (memory_norm only);
-    halo_k/v/gamma [B, H, h(, D)]; cfg; block_h. Outputs: y [B, T, H, Dv], then W1, W2, S1, S2 after the last
-    token, then the same at the last chunk start (the S are empty without momentum)."""
+    """Inputs: q, k [B, T, H, Dk]; v [B, T, H, Dv]; alpha, eta, gamma, theta [B, T, H]; the six state tensors of
+    `STATE_ORDER` (W1 [B, H, Dv, Dh], W2 and W3 [B, H, Dh, Dk], S likewise; placeholders where absent);
+    ln_weight, ln_bias [H, Dv] (memory_norm only); halo_k/v/gamma [B, H, h(, D)]; cfg; block_h.
+    Outputs: y [B, T, H, Dv], the six state tensors after the last token, the six at the last chunk start."""
 
     @staticmethod
-    def forward(ctx, q, k, v, alpha, eta, gamma, theta, w1, w2, s1, s2, lnw, lnb, hk, hv, hg, cfg, block_h):
+    def forward(ctx, q, k, v, alpha, eta, gamma, theta, w1, w2, w3, s1, s2, s3, lnw, lnb, hk, hv, hg, cfg, block_h):
         B, T, H, K = k.shape
         V, DH, NH = v.shape[-1], w1.shape[-1], hk.shape[2]
         NT = triton.cdiv(T, cfg.chunk_size)
-        momentum = cfg.optimizer == "momentum"
+        present = state_present(cfg)
         acc_torch, acc, prec = compute_precision(k.dtype, k.device)
         BT, BW, BK, BV, BD = _blocks(cfg.chunk_size, NH, K, V, DH, block_h, prec)
-        dev = k.device
-        w1buf = torch.empty(B, H, NT + 1, V, DH, dtype=acc_torch, device=dev)
-        w2buf = torch.empty(B, H, NT + 1, DH, K, dtype=acc_torch, device=dev)
-        w1buf[:, :, 0] = w1
-        w2buf[:, :, 0] = w2
-        if momentum:
-            s1buf, s2buf = torch.empty_like(w1buf), torch.empty_like(w2buf)
-            s1buf[:, :, 0] = s1
-            s2buf[:, :, 0] = s2
-        else:
-            s1buf = s2buf = w1buf.new_zeros(0)
-        y = torch.empty(B, T, H, V, dtype=v.dtype, device=dev)
+        bufs = []
+        for t, there in zip((w1, w2, w3, s1, s2, s3), present):
+            buf = torch.empty(B, H, NT + 1, *t.shape[2:], dtype=acc_torch, device=k.device) if there else None
+            if there:
+                buf[:, :, 0] = t
+            bufs.append(buf)
+        ptrs = [buf if buf is not None else bufs[0] for buf in bufs]  # placeholders are never read
+        y = torch.empty(B, T, H, V, dtype=v.dtype, device=k.device)
         launch = dict(
-            BT=BT, BW=BW, BK=BK, BV=BV, BD=BD, L2=cfg.bias == "l2", MOMENTUM=momentum, NORM=cfg.memory_norm,
-            RESIDUAL=cfg.residual, SILU=cfg.activation == "silu", ACC=acc, PREC=prec,
+            BT=BT, BW=BW, BK=BK, BV=BV, BD=BD, L2=cfg.bias == "l2", MOMENTUM=present[3], NORM=cfg.memory_norm,
+            RESIDUAL=cfg.residual, SILU=cfg.activation == "silu", GATED=present[2], ACC=acc, PREC=prec,
             num_warps=_num_warps(BW, BK), num_stages=1,
         )  # fmt: skip
         _mlp_fwd_kernel[(B * H,)](
-            q, k, v, alpha, eta, gamma, theta, hk, hv, hg, lnw, lnb,
-            w1buf, w2buf, s1buf if momentum else w1buf, s2buf if momentum else w2buf, y,
+            q, k, v, alpha, eta, gamma, theta, hk, hv, hg, lnw, lnb, *ptrs, y,
             T, H, K, V, DH, NH, cfg.chunk_size, NT, float(cfg.gate_eps), float(cfg.norm_eps), **launch,
         )  # fmt: skip
-        ctx.save_for_backward(q, k, v, alpha, eta, gamma, theta, lnw, lnb, hk, hv, hg, w1buf, w2buf, s1buf, s2buf)
+        ctx.save_for_backward(q, k, v, alpha, eta, gamma, theta, lnw, lnb, hk, hv, hg, *ptrs)
         ctx.cfg = cfg
         ctx.blocks = (BT, BW, BK, BV, BD)
         ctx.launch = launch
-        ctx.state_dtypes = (w1.dtype, w2.dtype, s1.dtype, s2.dtype)
+        ctx.state_dtypes = [t.dtype for t in (w1, w2, w3, s1, s2, s3)]
 
         def slot(i):  # copies: views would keep the whole buffer alive with the returned state
-            picked = [w1buf[:, :, i], w2buf[:, :, i]] + ([s1buf[:, :, i], s2buf[:, :, i]] if momentum else [s1buf] * 2)
-            return [t.clone() for t in picked]
+            return [buf[:, :, i].clone() if buf is not None else y.new_zeros(0) for buf in bufs]
 
         return (y, *slot(NT), *slot(NT - 1))
 
     @staticmethod
     def backward(ctx, dy, *dstates):
-        n = 4 if ctx.cfg.optimizer == "momentum" else 2
-        grads = mlp_memory_backward(ctx.saved_tensors, ctx.cfg, dy, dstates[:n], dstates[4 : 4 + n], ctx.blocks,
-                                    ctx.launch)  # fmt: skip
-        dw = [g if g is None else g.to(dt) for g, dt in zip(grads[7:11], ctx.state_dtypes)]
-        return (*grads[:7], *dw, *grads[11:], None, None)
+        grads = mlp_memory_backward(ctx.saved_tensors, ctx.cfg, dy, dstates[:6], dstates[6:], ctx.blocks, ctx.launch)
+        dw = [g if g is None else g.to(dt) for g, dt in zip(grads[7:13], ctx.state_dtypes)]
+        return (*grads[:7], *dw, *grads[13:], None, None)
 
 
 def triton_unsupported(cfg: MemoryConfig, q: torch.Tensor | None = None):
     """None when the Triton MLP-memory op covers this call, else (field, reason) of the first unsupported setting."""
-    common = common_unsupported(cfg, q, memory="mlp", op="the Triton MLP op")
+    common = common_unsupported(cfg, q, memory=("mlp", "gated_mlp"), op="the Triton MLP op")
     if common is not None:
         return common
     if q is not None and q.is_cuda and q.dim() == 4 and not gpu_tiles_fit(cfg, q.shape[-1], q.dtype):
@@ -158,23 +161,25 @@ def memory_chunk_triton_mlp(q, k, v, gates, params, cfg: MemoryConfig, state: Me
     acc_torch = compute_precision(k.dtype)[0]
     NH = cfg.window - 1
     momentum = cfg.optimizer == "momentum"
+    present = state_present(cfg)
+    names = [name for (_, name), there in zip(STATE_ORDER[:3], present[:3]) if there]
     if state is None:
-        w1 = params["W1"].unsqueeze(0).expand(B, *params["W1"].shape)
-        w2 = params["W2"].unsqueeze(0).expand(B, *params["W2"].shape)
-        s1, s2 = (w1.new_zeros(w1.shape), w2.new_zeros(w2.shape)) if momentum else (w1, w2)
+        weights = [params[n].expand(B, *params[n].shape) if n in names else None for n in ("W1", "W2", "W3")]
+        zeros = [w.new_zeros(w.shape) if w is not None and momentum else None for w in weights]
+        states = weights + zeros
         hk = k.new_zeros(B, H, NH, K, dtype=acc_torch)
         hv = k.new_zeros(B, H, NH, V, dtype=acc_torch)
         hg = k.new_zeros(B, H, NH, dtype=acc_torch)
     else:
         if state.kernel_keys is not None or state.explicit_exp or (state.momentum is None) == momentum:
             raise ValueError(f"state: not a state of MLP memory with optimizer={cfg.optimizer!r}")
-        if set(state.weights) != {"W1", "W2"}:
-            raise ValueError(f"state: weights {sorted(state.weights)}, expected W1, W2 (memory='mlp')")
-        w1, w2 = state.weights["W1"], state.weights["W2"]
-        s1, s2 = (state.momentum["W1"], state.momentum["W2"]) if momentum else (w1, w2)
+        if set(state.weights) != set(names):
+            raise ValueError(f"state: weights {sorted(state.weights)}, expected {', '.join(names)} ({cfg.memory=})")
+        states = [getattr(state, group)[n] if there else None for (group, n), there in zip(STATE_ORDER, present)]
         hk, hv, hg = state.halo_k, state.halo_v, state.halo_gamma
         if hk.shape[2] != NH:
             raise ValueError(f"state: halo of {hk.shape[2]} tokens, expected window - 1 = {NH}")
+    states = [t if t is not None else k.new_zeros(0) for t in states]
     hk, hv, hg = hk.contiguous(), hv.contiguous(), hg.contiguous()
     if cfg.memory_norm:
         lnw, lnb = params["ln_weight"].contiguous(), params["ln_bias"].contiguous()
@@ -184,16 +189,20 @@ def memory_chunk_triton_mlp(q, k, v, gates, params, cfg: MemoryConfig, state: Me
     qc, kc, vc = q.contiguous(), k.contiguous(), v.contiguous()
     if T == 0:
         y = v.new_zeros(B, 0, H, V)
-        end, resume = [w1.to(acc_torch), w2.to(acc_torch), s1.to(acc_torch), s2.to(acc_torch)], None
+        end, resume = [t.to(acc_torch) for t in states], None
     else:
-        out = MLPMemoryFunction.apply(qc, kc, vc, alpha, eta, gamma, theta, w1, w2, s1, s2, lnw, lnb, hk, hv, hg, cfg,
+        out = MLPMemoryFunction.apply(qc, kc, vc, alpha, eta, gamma, theta, *states, lnw, lnb, hk, hv, hg, cfg,
                                       block_h)  # fmt: skip
-        y, end, resume = out[0], list(out[1:5]), list(out[5:9])
+        y, end, resume = out[0], list(out[1:7]), list(out[7:13])
 
-    def _state(at, weights):
+    def _state(at, tensors):
+        groups = {"weights": {}, "momentum": {}}
+        for (group, name), there, t in zip(STATE_ORDER, present, tensors):
+            if there:
+                groups[group][name] = t
         return MemoryState(
-            weights={"W1": weights[0], "W2": weights[1]},
-            momentum={"W1": weights[2], "W2": weights[3]} if momentum else None,
+            weights=groups["weights"],
+            momentum=groups["momentum"] if momentum else None,
             halo_k=window_tail(kc, hk, at, NH).to(acc_torch),
             halo_v=window_tail(vc, hv, at, NH).to(acc_torch),
             halo_gamma=window_tail(gamma, hg, at, NH).to(acc_torch),

@@ -35,12 +35,13 @@ from atlas_kernels.ops.memory.coefficients import (
 )
 from atlas_kernels.ops.memory.triton_mlp_kernels import (
     _act,
-    _act2,
     _coefficients,
+    _first_layer,
     _layer_norm,
     _ln_bwd,
     _ln_params,
     _load_window,
+    _retrieval_layer,
     _signal,
 )
 from atlas_kernels.ops.triton_common import dot
@@ -49,13 +50,13 @@ from atlas_kernels.ops.triton_common import dot
 @triton.jit
 def _mlp_bwd_kernel(
     q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, hk_ptr, hv_ptr, hg_ptr, lnw_ptr, lnb_ptr,
-    w1_ptr, w2_ptr, s1_ptr, s2_ptr, dy_ptr,
-    gw1_ptr, gw2_ptr, gs1_ptr, gs2_ptr, rw1_ptr, rw2_ptr, rs1_ptr, rs2_ptr,
-    dq_ptr, dk_ptr, dv_ptr, dc_ptr, da_ptr, dp_ptr, dr_ptr, dth_ptr, dlnw_ptr, dlnb_ptr, scr_ptr,
+    w1_ptr, w2_ptr, w3_ptr, s1_ptr, s2_ptr, s3_ptr, dy_ptr,
+    gw1_ptr, gw2_ptr, gw3_ptr, gs1_ptr, gs2_ptr, gs3_ptr, rw1_ptr, rw2_ptr, rw3_ptr, rs1_ptr, rs2_ptr, rs3_ptr,
+    dq_ptr, dk_ptr, dv_ptr, dc_ptr, da_ptr, dp_ptr, dr_ptr, dth_ptr, dlnw_ptr, dlnb_ptr, scr_ptr, scg_ptr,
     T, H, K, V, DH, NH, CHUNK, NT, gate_eps, norm_eps,
     BT: tl.constexpr, BW: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BD: tl.constexpr,
     L2: tl.constexpr, MOMENTUM: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, SILU: tl.constexpr,
-    ACC: tl.constexpr, PREC: tl.constexpr,
+    GATED: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     i_bh = tl.program_id(0)
     i_b = i_bh // H
@@ -70,7 +71,8 @@ def _mlp_bwd_kernel(
     lnw, lnb = _ln_params(lnw_ptr, lnb_ptr, i_h, V, rv, NORM, ACC)
     dlnw = tl.zeros((BV,), dtype=ACC)
     dlnb = tl.zeros((BV,), dtype=ACC)
-    scr = scr_ptr + i_bh.to(tl.int64) * BW * DH
+    scr = scr_ptr + i_bh.to(tl.int64) * BW * DH  # per program: the part of dl/da0 (and dl/dgate) pass 3 knows
+    scg = scg_ptr + i_bh.to(tl.int64) * BW * DH
     rbase1 = i_bh.to(tl.int64) * V * DH
     rbase2 = i_bh.to(tl.int64) * DH * K
     for i_r in range(NT):
@@ -100,8 +102,8 @@ def _mlp_bwd_kernel(
         gst2 = (i_bh.to(tl.int64) * 2 + 1 - g_end) * DH * K
 
         # pass 1
-        eb, e, yh0, inv0 = _signal(wk, wv, w1_ptr, w2_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps, rk, rv, rd,
-                                   BW, BV, BD, L2, NORM, RESIDUAL, SILU, ACC, PREC)  # fmt: skip
+        eb, e, yh0, inv0 = _signal(wk, wv, w1_ptr, w2_ptr, w3_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps,
+                                   rk, rv, rd, BW, BV, BD, L2, NORM, RESIDUAL, SILU, GATED, ACC, PREC)  # fmt: skip
         QK = dot(q, tl.trans(wk), PREC)
         CK = C * QK
 
@@ -119,13 +121,13 @@ def _mlp_bwd_kernel(
             m1 = vmask[:, None] & dmask[None, :]
             W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
             W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
-            h0, dact = _act(dot(wk, tl.trans(W2b), PREC), SILU)
-            ds = dot(eb, W1b, PREC) * dact
-            a = A[:, None] * dot(q, tl.trans(W2b), PREC) - dot(CK, ds, PREC)
-            if MOMENTUM:
-                S2b = tl.load(s2_ptr + base2 + off2, mask=m2, other=0.0)
-                a -= P[:, None] * dot(q, tl.trans(S2b), PREC)
+            h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
+            dh = dot(eb, W1b, PREC)
+            a, qW2, qS2 = _retrieval_layer(q, CK, dh * d1 * g0, A, P, w2_ptr, s2_ptr, base2, off2, m2, MOMENTUM, PREC)
             hq, dqa = _act(a, SILU)
+            if GATED:
+                gt, qW3, qS3 = _retrieval_layer(q, CK, dh * hs, A, P, w3_ptr, s3_ptr, base2, off2, m2, MOMENTUM, PREC)
+                hq = hq * gt
             yb += A[:, None] * dot(hq, tl.trans(W1b), PREC)
             scores += dot(hq, tl.trans(h0), PREC)
             X1 += dot(h0, tl.trans(tl.load(gw1_ptr + gend1 + off1, mask=m1, other=0.0)), PREC)
@@ -173,45 +175,61 @@ def _mlp_bwd_kernel(
             W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
             G2b = tl.load(gw2_ptr + gend2 + off2, mask=m2, other=0.0)
             G1b = tl.load(gw1_ptr + gend1 + off1, mask=m1, other=0.0)
-            h0, d0a, dd0a = _act2(dot(wk, tl.trans(W2b), PREC), SILU)
+            h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
             dh = dot(eb, W1b, PREC)
-            ds = dh * d0a
-            qW2 = dot(q, tl.trans(W2b), PREC)
-            a = A[:, None] * qW2 - dot(CK, ds, PREC)
-            if MOMENTUM:
-                S2b = tl.load(s2_ptr + base2 + off2, mask=m2, other=0.0)
-                S1b = tl.load(s1_ptr + base1 + off1, mask=m1, other=0.0)
-                H2b = tl.load(gs2_ptr + gend2 + off2, mask=m2, other=0.0)
-                H1b = tl.load(gs1_ptr + gend1 + off1, mask=m1, other=0.0)
-                qS2 = dot(q, tl.trans(S2b), PREC)
-                a -= P[:, None] * qS2
-            hq, dqa = _act(a, SILU)
+            u2 = dh * d1 * g0
+            a, qW2, qS2 = _retrieval_layer(q, CK, u2, A, P, w2_ptr, s2_ptr, base2, off2, m2, MOMENTUM, PREC)
+            sa, dqa = _act(a, SILU)
+            hq = sa
+            if GATED:
+                u3 = dh * hs
+                gt, qW3, qS3 = _retrieval_layer(q, CK, u3, A, P, w3_ptr, s3_ptr, base2, off2, m2, MOMENTUM, PREC)
+                hq = sa * gt
             dyW1 = dot(dyb, W1b, PREC)
             dhq = A[:, None] * dyW1 + dot(dscores, h0, PREC)
             dA += tl.sum(hq * dyW1, axis=1)
             if MOMENTUM:
+                S1b = tl.load(s1_ptr + base1 + off1, mask=m1, other=0.0)
                 dyS1 = dot(dyb, S1b, PREC)
                 dhq -= P[:, None] * dyS1
                 dP -= tl.sum(hq * dyS1, axis=1)
             da = dhq * dqa
+            if GATED:
+                da = da * gt
             dq += A[:, None] * dot(da, W2b, PREC)
             dA += tl.sum(da * qW2, axis=1)
-            dCK -= dot(da, tl.trans(ds), PREC)
+            dCK -= dot(da, tl.trans(u2), PREC)
             X2 = dot(wk, tl.trans(G2b), PREC)
-            dds = -dot(tl.trans(CK), da, PREC) - cl[:, None] * X2
-            dcl -= tl.sum(ds * X2, axis=1)
-            dkw -= dot(cl[:, None] * ds, G2b, PREC)
+            du2 = -dot(tl.trans(CK), da, PREC) - cl[:, None] * X2
+            dcl -= tl.sum(u2 * X2, axis=1)
+            dkw -= dot(cl[:, None] * u2, G2b, PREC)
             dAL += tl.sum(tl.sum(G2b * W2b, axis=1), axis=0) + tl.sum(tl.sum(G1b * W1b, axis=1), axis=0)
             dW1s = dot(tl.trans(A[:, None] * dyb), hq, PREC) + A_L * G1b
             dW2s = dot(tl.trans(A[:, None] * da), q, PREC) + A_L * G2b
             dh0p = dot(tl.trans(dscores), hq, PREC) - dot(cl[:, None] * eb, G1b, PREC)
+            if GATED:
+                W3b = tl.load(w3_ptr + base2 + off2, mask=m2, other=0.0)
+                G3b = tl.load(gw3_ptr + gend2 + off2, mask=m2, other=0.0)
+                dgt = dhq * sa
+                dq += A[:, None] * dot(dgt, W3b, PREC)
+                dA += tl.sum(dgt * qW3, axis=1)
+                dCK -= dot(dgt, tl.trans(u3), PREC)
+                X3 = dot(wk, tl.trans(G3b), PREC)
+                du3 = -dot(tl.trans(CK), dgt, PREC) - cl[:, None] * X3
+                dcl -= tl.sum(u3 * X3, axis=1)
+                dkw -= dot(cl[:, None] * u3, G3b, PREC)
+                dAL += tl.sum(tl.sum(G3b * W3b, axis=1), axis=0)
+                dW3s = dot(tl.trans(A[:, None] * dgt), q, PREC) + A_L * G3b
             if MOMENTUM:
+                S2b = tl.load(s2_ptr + base2 + off2, mask=m2, other=0.0)
+                H2b = tl.load(gs2_ptr + gend2 + off2, mask=m2, other=0.0)
+                H1b = tl.load(gs1_ptr + gend1 + off1, mask=m1, other=0.0)
                 dq -= P[:, None] * dot(da, S2b, PREC)
                 dP -= tl.sum(da * qS2, axis=1)
                 Y2 = dot(wk, tl.trans(H2b), PREC)
-                dds += r[:, None] * Y2
-                dr += tl.sum(ds * Y2, axis=1)
-                dkw += dot(r[:, None] * ds, H2b, PREC)
+                du2 += r[:, None] * Y2
+                dr += tl.sum(u2 * Y2, axis=1)
+                dkw += dot(r[:, None] * u2, H2b, PREC)
                 dPL -= tl.sum(tl.sum(G2b * S2b, axis=1), axis=0) + tl.sum(tl.sum(G1b * S1b, axis=1), axis=0)
                 dThL += tl.sum(tl.sum(H2b * S2b, axis=1), axis=0) + tl.sum(tl.sum(H1b * S1b, axis=1), axis=0)
                 dh0p += dot(r[:, None] * eb, H1b, PREC)
@@ -221,14 +239,36 @@ def _mlp_bwd_kernel(
                 dS2s += tl.load(rs2_ptr + rbase2 + off2, mask=m2 & first, other=0.0)
                 tl.store(gs1_ptr + gst1 + off1, dS1s, mask=m1)
                 tl.store(gs2_ptr + gst2 + off2, dS2s, mask=m2)
-            ddh = dds * d0a
+                if GATED:
+                    S3b = tl.load(s3_ptr + base2 + off2, mask=m2, other=0.0)
+                    H3b = tl.load(gs3_ptr + gend2 + off2, mask=m2, other=0.0)
+                    dq -= P[:, None] * dot(dgt, S3b, PREC)
+                    dP -= tl.sum(dgt * qS3, axis=1)
+                    Y3 = dot(wk, tl.trans(H3b), PREC)
+                    du3 += r[:, None] * Y3
+                    dr += tl.sum(u3 * Y3, axis=1)
+                    dkw += dot(r[:, None] * u3, H3b, PREC)
+                    dPL -= tl.sum(tl.sum(G3b * S3b, axis=1), axis=0)
+                    dThL += tl.sum(tl.sum(H3b * S3b, axis=1), axis=0)
+                    dS3s = -dot(tl.trans(P[:, None] * dgt), q, PREC) - P_L * G3b + Th_L * H3b
+                    dS3s += tl.load(rs3_ptr + rbase2 + off2, mask=m2 & first, other=0.0)
+                    tl.store(gs3_ptr + gst2 + off2, dS3s, mask=m2)
+            # u2 = dh s'(a0) gate, u3 = dh s(a0), h0 = s(a0) gate: dl/d(dh), and what pass 3 knows of dl/da0
+            ddh = du2 * d1 * g0
+            da0 = du2 * dh * d2 * g0 + dh0p * d1 * g0
+            if GATED:
+                ddh += du3 * hs
+                da0 += du3 * dh * d1
+                tl.store(scg + rw[:, None] * DH + rdd[None, :], du2 * dh * d1 + dh0p * hs, mask=dmask[None, :])
+                dW3s += tl.load(rw3_ptr + rbase2 + off2, mask=m2 & first, other=0.0)
+                tl.store(gw3_ptr + gst2 + off2, dW3s, mask=m2)
             deb += dot(ddh, tl.trans(W1b), PREC)
             dW1s += dot(tl.trans(eb), ddh, PREC)
             dW1s += tl.load(rw1_ptr + rbase1 + off1, mask=m1 & first, other=0.0)
             dW2s += tl.load(rw2_ptr + rbase2 + off2, mask=m2 & first, other=0.0)
             tl.store(gw1_ptr + gst1 + off1, dW1s, mask=m1)
             tl.store(gw2_ptr + gst2 + off2, dW2s, mask=m2)
-            tl.store(scr + rw[:, None] * DH + rdd[None, :], dds * dh * dd0a + dh0p * d0a, mask=dmask[None, :])
+            tl.store(scr + rw[:, None] * DH + rdd[None, :], da0, mask=dmask[None, :])
         dC += dCK * QK
         dQK = dCK * C
         dq += dot(dQK, wk, PREC)
@@ -269,10 +309,15 @@ def _mlp_bwd_kernel(
             m1 = vmask[:, None] & dmask[None, :]
             W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
             W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
-            h0, d0a = _act(dot(wk, tl.trans(W2b), PREC), SILU)
-            da0 = tl.load(scr + rw[:, None] * DH + rdd[None, :], mask=dmask[None, :], other=0.0)
-            da0 += dot(db0, W1b, PREC) * d0a
+            h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
+            dh0 = dot(db0, W1b, PREC)
+            da0 = tl.load(scr + rw[:, None] * DH + rdd[None, :], mask=dmask[None, :], other=0.0) + dh0 * d1 * g0
             dkw += dot(da0, W2b, PREC)
+            if GATED:
+                dg0 = tl.load(scg + rw[:, None] * DH + rdd[None, :], mask=dmask[None, :], other=0.0) + dh0 * hs
+                dkw += dot(dg0, tl.load(w3_ptr + base2 + off2, mask=m2, other=0.0), PREC)
+                dW3s = tl.load(gw3_ptr + gst2 + off2, mask=m2, other=0.0) + dot(tl.trans(dg0), wk, PREC)
+                tl.store(gw3_ptr + gst2 + off2, dW3s, mask=m2)
             dW2s = tl.load(gw2_ptr + gst2 + off2, mask=m2, other=0.0) + dot(tl.trans(da0), wk, PREC)
             dW1s = tl.load(gw1_ptr + gst1 + off1, mask=m1, other=0.0) + dot(tl.trans(db0), h0, PREC)
             tl.store(gw2_ptr + gst2 + off2, dW2s, mask=m2)
@@ -305,17 +350,19 @@ def _mlp_bwd_kernel(
 def mlp_memory_backward(saved, cfg: MemoryConfig, dy, d_end, d_resume, blocks, launch):
     """Gradients of `MLPMemoryFunction` (same order as its forward arguments) from the saved forward tensors.
 
-    saved: (q, k, v, alpha, eta, gamma, theta, ln_weight, ln_bias, halo_k, halo_v, halo_gamma, W1, W2, S1, S2
-    buffers); d_end / d_resume: gradients of the returned end / last-chunk-start states (None where unused);
+    saved: (q, k, v, alpha, eta, gamma, theta, ln_weight, ln_bias, halo_k, halo_v, halo_gamma, then the six state
+    buffers of `STATE_ORDER`); d_end / d_resume: gradients of the returned end / last-chunk-start states (six each,
+    None where unused);
     blocks: the forward's (BT, BW, BK, BV, BD); launch: kwargs of the kernel launch (constexprs, num_warps).
     """
-    q, k, v, alpha, eta, gamma, theta, lnw, lnb, hk, hv, hg, w1buf, w2buf, s1buf, s2buf = saved
+    q, k, v, alpha, eta, gamma, theta, lnw, lnb, hk, hv, hg, *bufs = saved
     B, T, H, K = k.shape
-    V, DH, NH, b = v.shape[-1], w1buf.shape[-1], hk.shape[2], cfg.chunk_size
+    V, DH, NH, b = v.shape[-1], bufs[0].shape[-1], hk.shape[2], cfg.chunk_size
     NT = triton.cdiv(T, b)
     BT, BW, BK, BV, BD = blocks
-    momentum = cfg.optimizer == "momentum"
-    acc, dev = w1buf.dtype, k.device
+    momentum, gated = launch["MOMENTUM"], launch["GATED"]
+    present = [True, True, gated, momentum, momentum, momentum and gated]
+    acc, dev = bufs[0].dtype, k.device
 
     def slots(d, buf):  # [B, H, 2, ...]: slot 0 starts as the gradient of the end state
         out = buf.new_zeros(B, H, 2, *buf.shape[3:])
@@ -326,11 +373,9 @@ def mlp_memory_backward(saved, cfg: MemoryConfig, dy, d_end, d_resume, blocks, l
     def resume(d, buf):
         return buf.new_zeros(B, H, *buf.shape[3:]) if d is None else d.to(acc).contiguous()
 
-    bufs = (w1buf, w2buf, s1buf, s2buf) if momentum else (w1buf, w2buf)
-    grads = [slots(d, buf) for d, buf in zip(d_end, bufs)]
-    resumes = [resume(d, buf) for d, buf in zip(d_resume, bufs)]
-    if not momentum:
-        grads, resumes = grads + grads, resumes + resumes  # unread placeholders for the S pointers
+    # absent states get the W1 buffers as unread placeholders
+    grads = [slots(d, buf) if there else None for d, buf, there in zip(d_end, bufs, present)]
+    resumes = [resume(d, buf) if there else None for d, buf, there in zip(d_resume, bufs, present)]
     dq = torch.empty(B, T, H, K, dtype=acc, device=dev)
     dk = torch.zeros(B, H, NH + T, K, dtype=acc, device=dev)
     dv = torch.zeros(B, H, NH + T, V, dtype=acc, device=dev)
@@ -342,17 +387,17 @@ def mlp_memory_backward(saved, cfg: MemoryConfig, dy, d_end, d_resume, blocks, l
     dlnw = torch.empty(B, H, V, dtype=acc, device=dev)
     dlnb = torch.empty_like(dlnw)
     scratch = torch.empty(B, H, BW, DH, dtype=acc, device=dev)
+    scratch_gate = torch.empty_like(scratch) if gated else scratch
     dy = torch.zeros(B, T, H, V, dtype=acc, device=dev) if dy is None else dy.contiguous()
     _mlp_bwd_kernel[(B * H,)](
-        q, k, v, alpha, eta, gamma, theta, hk, hv, hg, lnw, lnb, w1buf, w2buf,
-        s1buf if momentum else w1buf, s2buf if momentum else w2buf, dy, *grads, *resumes,
-        dq, dk, dv, dC, dA, dP, dr, dth, dlnw, dlnb, scratch,
+        q, k, v, alpha, eta, gamma, theta, hk, hv, hg, lnw, lnb, *bufs, dy,
+        *[g if g is not None else grads[0] for g in grads], *[r if r is not None else resumes[0] for r in resumes],
+        dq, dk, dv, dC, dA, dP, dr, dth, dlnw, dlnb, scratch, scratch_gate,
         T, H, K, V, DH, NH, b, NT, float(cfg.gate_eps), float(cfg.norm_eps), **launch,
     )  # fmt: skip
     d_gates = _gate_grads(alpha, eta, theta, gamma, hg, dC, dA, dP, dr, dth, cfg, NT)
     public = lambda t, like: t.transpose(1, 2).to(like.dtype)  # noqa: E731  heads-first -> [B, T, H, ...]
-    end = NT % 2
-    d_states = [g[:, :, end] for g in grads[: 4 if momentum else 2]] + [None] * (0 if momentum else 2)
+    d_states = [g[:, :, NT % 2] if g is not None else None for g in grads]
     dnorm = (dlnw.sum(0).to(lnw.dtype), dlnb.sum(0).to(lnb.dtype)) if cfg.memory_norm else (None, None)
     return (
         dq.to(q.dtype), public(dk[:, :, NH:], k), public(dv[:, :, NH:], v),

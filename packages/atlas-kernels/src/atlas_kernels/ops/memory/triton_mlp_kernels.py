@@ -122,21 +122,48 @@ def _coefficients(alpha, eta, theta, wg, rows, rw, L, NH, gate_eps, MOMENTUM: tl
 
 
 @triton.jit
-def _signal(wk, wv, w1_ptr, w2_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps, rk, rv, rd, BW: tl.constexpr,
-            BV: tl.constexpr, BD: tl.constexpr, L2: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr,
-            SILU: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+def _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED: tl.constexpr, SILU: tl.constexpr, PREC: tl.constexpr):
+    """Hidden block of the memory at W_0 over the window: (h0, s(a0), s'(a0), s''(a0), gate) with a0 = W2 k and
+    h0 = s(a0) * gate, gate = W3 k for gated_mlp (else 1)."""
+    hs, d1, d2 = _act2(dot(wk, tl.trans(W2b), PREC), SILU)
+    g0 = hs * 0.0 + 1.0
+    if GATED:
+        g0 = dot(wk, tl.trans(tl.load(w3_ptr + base2 + off2, mask=m2, other=0.0)), PREC)
+    return hs * g0, hs, d1, d2, g0
+
+
+@triton.jit
+def _retrieval_layer(q, CK, u, A, P, w_ptr, s_ptr, base, off, m, MOMENTUM: tl.constexpr, PREC: tl.constexpr):
+    """A_j W_0 q_j - P_j S_0 q_j - sum_w CK[j, w] u_w for one hidden block of a first layer (W2 or W3):
+    (the result, W_0 q, S_0 q (0 without momentum)); u is the layer's signal over the window."""
+    Wq = dot(q, tl.trans(tl.load(w_ptr + base + off, mask=m, other=0.0)), PREC)
+    out = A[:, None] * Wq - dot(CK, u, PREC)
+    Sq = Wq * 0.0
+    if MOMENTUM:
+        Sq = dot(q, tl.trans(tl.load(s_ptr + base + off, mask=m, other=0.0)), PREC)
+        out -= P[:, None] * Sq
+    return out, Wq, Sq
+
+
+@triton.jit
+def _signal(wk, wv, w1_ptr, w2_ptr, w3_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps, rk, rv, rd,
+            BW: tl.constexpr, BV: tl.constexpr, BD: tl.constexpr, L2: tl.constexpr, NORM: tl.constexpr,
+            RESIDUAL: tl.constexpr, SILU: tl.constexpr, GATED: tl.constexpr, ACC: tl.constexpr,
+            PREC: tl.constexpr):  # fmt: skip
     """The memory at W_0 over the window (hidden blocks): the loss signal e = dl/df and eb, its backprop through
     the LayerNorm (= e without the norm), which is the signal of W1; with the norm also the normalised rows and
-    1 / std of b0 = W1 s(W2 k) (the backward differentiates eb through them)."""
+    1 / std of b0 = W1 h0 (the backward differentiates eb through them)."""
     kmask = rk < K
     vmask = rv < V
     b0 = tl.zeros((BW, BV), dtype=ACC)
     for d0 in range(0, DH, BD):
         rdd = d0 + rd
         dmask = rdd < DH
-        W2b = tl.load(w2_ptr + base2 + rdd[:, None] * K + rk[None, :], mask=dmask[:, None] & kmask[None, :], other=0.0)
+        off2 = rdd[:, None] * K + rk[None, :]
+        m2 = dmask[:, None] & kmask[None, :]
+        W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
         W1b = tl.load(w1_ptr + base1 + rv[:, None] * DH + rdd[None, :], mask=vmask[:, None] & dmask[None, :], other=0.0)
-        h0, d0a = _act(dot(wk, tl.trans(W2b), PREC), SILU)
+        h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
         b0 += dot(h0, tl.trans(W1b), PREC)
     yh0 = b0
     inv0 = tl.sum(b0, axis=1) * 0.0
@@ -162,14 +189,14 @@ def _signal(wk, wv, w1_ptr, w2_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps, 
 @triton.jit
 def _mlp_fwd_kernel(
     q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, hk_ptr, hv_ptr, hg_ptr, lnw_ptr, lnb_ptr,
-    w1_ptr, w2_ptr, s1_ptr, s2_ptr, y_ptr,
+    w1_ptr, w2_ptr, w3_ptr, s1_ptr, s2_ptr, s3_ptr, y_ptr,
     T, H, K, V, DH, NH, CHUNK, NT, gate_eps, norm_eps,
     BT: tl.constexpr, BW: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BD: tl.constexpr,
     L2: tl.constexpr, MOMENTUM: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, SILU: tl.constexpr,
-    ACC: tl.constexpr, PREC: tl.constexpr,
+    GATED: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     """One program per (batch, head), chunks in sequence; the states live in the global buffers
-    [B, H, NT + 1, ...] (slot i: start of chunk i)."""
+    [B, H, NT + 1, ...] (slot i: start of chunk i; W3 / S3 share W2's layout)."""
     i_bh = tl.program_id(0)
     i_b = i_bh // H
     i_h = i_bh % H
@@ -197,13 +224,11 @@ def _mlp_fwd_kernel(
         C, cl, A, A_L, P, P_L, r, Th_L = _coefficients(alpha, eta, theta, wg, rows, rw, L, NH, gate_eps, MOMENTUM, PREC)
         base1 = (i_bh.to(tl.int64) * (NT + 1) + i_t) * V * DH
         base2 = (i_bh.to(tl.int64) * (NT + 1) + i_t) * DH * K
-        eb, e0, yh0, inv0 = _signal(wk, wv, w1_ptr, w2_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps, rk, rv, rd,
-                              BW, BV, BD, L2, NORM, RESIDUAL, SILU, ACC, PREC)  # fmt: skip
+        eb, e0, yh0, inv0 = _signal(wk, wv, w1_ptr, w2_ptr, w3_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps,
+                                    rk, rv, rd, BW, BV, BD, L2, NORM, RESIDUAL, SILU, GATED, ACC, PREC)  # fmt: skip
 
         # dual-form retrieval and the end-of-chunk state, one hidden block at a time
         CK = C * dot(q, tl.trans(wk), PREC)
-        ebl = cl[:, None] * eb
-        ebr = r[:, None] * eb
         yb = tl.zeros((BT, BV), dtype=ACC)
         scores = tl.zeros((BT, BW), dtype=ACC)
         for d0 in range(0, DH, BD):
@@ -215,26 +240,39 @@ def _mlp_fwd_kernel(
             m1 = vmask[:, None] & dmask[None, :]
             W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
             W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
-            h0, dact = _act(dot(wk, tl.trans(W2b), PREC), SILU)
-            ds = dot(eb, W1b, PREC) * dact
-            a = A[:, None] * dot(q, tl.trans(W2b), PREC) - dot(CK, ds, PREC)
+            h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
+            dh = dot(eb, W1b, PREC)
+            u2 = dh * d1 * g0  # the signals of W2 and W3 (gated): dl/da0, dl/dgate
+            a, qW2, qS2 = _retrieval_layer(q, CK, u2, A, P, w2_ptr, s2_ptr, base2, off2, m2, MOMENTUM, PREC)
+            hq, dqa = _act(a, SILU)
+            if GATED:
+                u3 = dh * hs
+                gt, qW3, qS3 = _retrieval_layer(q, CK, u3, A, P, w3_ptr, s3_ptr, base2, off2, m2, MOMENTUM, PREC)
+                hq = hq * gt
+            yb += A[:, None] * dot(hq, tl.trans(W1b), PREC)
+            scores += dot(hq, tl.trans(h0), PREC)
+            W2n = A_L * W2b - dot(tl.trans(cl[:, None] * u2), wk, PREC)
+            W1n = A_L * W1b - dot(tl.trans(cl[:, None] * eb), h0, PREC)
+            if GATED:
+                W3b = tl.load(w3_ptr + base2 + off2, mask=m2, other=0.0)
+                W3n = A_L * W3b - dot(tl.trans(cl[:, None] * u3), wk, PREC)
             if MOMENTUM:
                 S2b = tl.load(s2_ptr + base2 + off2, mask=m2, other=0.0)
                 S1b = tl.load(s1_ptr + base1 + off1, mask=m1, other=0.0)
-                a -= P[:, None] * dot(q, tl.trans(S2b), PREC)
-            hq, dqa = _act(a, SILU)
-            yb += A[:, None] * dot(hq, tl.trans(W1b), PREC)
-            scores += dot(hq, tl.trans(h0), PREC)
-            W2n = A_L * W2b - dot(tl.trans(cl[:, None] * ds), wk, PREC)
-            W1n = A_L * W1b - dot(tl.trans(ebl), h0, PREC)
-            if MOMENTUM:
                 yb -= P[:, None] * dot(hq, tl.trans(S1b), PREC)
                 W2n -= P_L * S2b
                 W1n -= P_L * S1b
-                S2n = Th_L * S2b + dot(tl.trans(r[:, None] * ds), wk, PREC)
-                S1n = Th_L * S1b + dot(tl.trans(ebr), h0, PREC)
+                S2n = Th_L * S2b + dot(tl.trans(r[:, None] * u2), wk, PREC)
+                S1n = Th_L * S1b + dot(tl.trans(r[:, None] * eb), h0, PREC)
                 tl.store(s2_ptr + base2 + DH * K + off2, S2n, mask=m2)
                 tl.store(s1_ptr + base1 + V * DH + off1, S1n, mask=m1)
+                if GATED:
+                    S3b = tl.load(s3_ptr + base2 + off2, mask=m2, other=0.0)
+                    W3n -= P_L * S3b
+                    S3n = Th_L * S3b + dot(tl.trans(r[:, None] * u3), wk, PREC)
+                    tl.store(s3_ptr + base2 + DH * K + off2, S3n, mask=m2)
+            if GATED:
+                tl.store(w3_ptr + base2 + DH * K + off2, W3n, mask=m2)
             tl.store(w2_ptr + base2 + DH * K + off2, W2n, mask=m2)
             tl.store(w1_ptr + base1 + V * DH + off1, W1n, mask=m1)
         yb -= dot(C * scores, eb, PREC)

@@ -13,11 +13,13 @@ MAX_HALO = 64
 MAX_KEY_DIM = 256
 
 
-def common_unsupported(cfg: MemoryConfig, q: torch.Tensor | None, *, memory: str, op: str) -> tuple[str, str] | None:
-    """None when `cfg` (and the input `q`) fit a Triton op implementing `memory`, else (field, reason) of the first
-    unsupported setting; `op` names the kernel in the reason."""
-    if cfg.memory != memory:
-        return "memory", f"memory={cfg.memory!r} ({op} implements memory={memory!r})"
+def common_unsupported(
+    cfg: MemoryConfig, q: torch.Tensor | None, *, memory: tuple[str, ...], op: str
+) -> tuple[str, str] | None:
+    """None when `cfg` (and the input `q`) fit a Triton op implementing the memories `memory`, else (field, reason)
+    of the first unsupported setting; `op` names the kernel in the reason."""
+    if cfg.memory not in memory:
+        return "memory", f"memory={cfg.memory!r} ({op} implements memory={' and '.join(map(repr, memory))})"
     if cfg.optimizer not in ("gd", "momentum"):
         return "optimizer", f"optimizer={cfg.optimizer!r} ({op} implements optimizer='gd' and 'momentum')"
     if cfg.feature_map != "identity":
