@@ -8,7 +8,8 @@
 1. Correctness (bf16 inputs, fp32 torch reference on the same rounded inputs; error ratio rms(out-ref)/rms(ref)):
    the linear memory (outputs, final state, every input gradient) for three configurations at the 340M and 760M
    layer shapes, Newton-Schulz at Muon shapes, phi(l2norm(x)); the MLP memory (Titans momentum c=1, OmegaNet-style
-   gd c=4) at the 340M shape, held to max(tol, 3x the torch op's own bf16 error). As in tests/test_triton_gpu.py.
+   gd c=4, gated MLP momentum c=4) at the 340M shape, held to max(tol, 3x the torch op's own bf16 error). As in
+   tests/test_triton_gpu.py.
 2. A bf16 matmul rate (8192^3), the roof the TFLOP/s are reported against.
 3. Forward+backward wall time at d_model 1024 / 1536 (16 heads of 64 / 96), T = 2048 and 4096, 16K tokens per
    batch, bf16, for: the Triton op, the PyTorch chunk op (memory_chunk backend="torch"), titans-pytorch
@@ -17,9 +18,10 @@
    TFLOP/s use the FLOP count of the chunkwise linear-memory algorithm at that shape (useful multiply-adds of the
    forward and the hand-written backward, no padding) for every implementation, so the column compares speed on
    the same task, not the FLOPs each implementation actually executes.
-   MLP memory (x + LN(W1 gelu(W2 x)), hidden 4D): the Triton MLP op (Triton forward, PyTorch backward by per-chunk
-   recomputation), the torch chunk op, and titans-pytorch NeuralMemory with MemoryMLP(depth=2, expansion 4); its
-   TFLOP/s use the useful FLOPs of the chunkwise MLP forward (`mlp_memory_flops`) x 3 for fwd+bwd.
+   MLP memory (x + LN(W1 gelu(W2 x)), hidden 4D; and gated, x + LN(W1 (gelu(W2 x) * W3 x))): the Triton MLP op
+   (Triton forward and backward kernels, each chunk recomputed in the backward), the torch chunk op, and
+   titans-pytorch NeuralMemory with MemoryMLP(depth=2, expansion 4); its TFLOP/s use the useful FLOPs of the
+   chunkwise MLP forward (`mlp_memory_flops`) x 3 for fwd+bwd.
 A global time budget (default 270 s) skips what is left and says so; the whole script is meant to take < 5 min.
 Writes a markdown report (--out) and prints it.
 """
@@ -71,6 +73,8 @@ MLP_CONFIGS = {
     "mlp titans momentum c=1": MemoryConfig(memory="mlp", optimizer="momentum", window=1, chunk_size=CHUNK),
     # OmegaNet-style: MLP memory with LN, gd, window of 4 tokens with gamma gates
     "mlp omega gd c=4": MemoryConfig(memory="mlp", optimizer="gd", window=4, chunk_size=CHUNK),
+    # the gated-MLP memory of the paper's ablation (x + LN(W1 (gelu(W2 x) * W3 x))), momentum, c = 4
+    "gated mlp momentum c=4": MemoryConfig(memory="gated_mlp", optimizer="momentum", window=4, chunk_size=CHUNK),
 }
 # the 760M shape (Dk = 96 -> 128-wide tiles) is checked by tests/test_triton_gpu.py; here it would cost compile time
 CHECK_SHAPES = {"340M T=2048 B=2": (2, 2048, 16, 64)}
@@ -125,7 +129,7 @@ def linear_memory_flops(B, T, H, K, V, b, c, decay_first=False, backward=True) -
     return 2.0 * macs * B * H * math.ceil(T / b)
 
 
-def mlp_memory_flops(B, T, H, D, Dh, b, c, momentum=False) -> float:
+def mlp_memory_flops(B, T, H, D, Dh, b, c, momentum=False, gated=False) -> float:
     """Useful FLOPs of the chunkwise MLP memory (Dk = Dv = D, hidden Dh): forward x 3 for forward + backward."""
     L, W = b, b + c - 1
     fwd = (
@@ -138,6 +142,8 @@ def mlp_memory_flops(B, T, H, D, Dh, b, c, momentum=False) -> float:
     )  # fmt: skip
     if momentum:
         fwd += L * D * Dh + L * Dh * D + 2 * W * D * Dh + L * L * L  # P S q, P S h, S end state, LA LT
+    if gated:  # gate = W3 k over the window, its retrieval layer, its end state (and momentum)
+        fwd += W * D * Dh + L * D * Dh + L * W * Dh + W * D * Dh + (L * D * Dh + W * D * Dh if momentum else 0)
     return 2.0 * 3 * fwd * B * H * math.ceil(T / b)
 
 
@@ -171,7 +177,7 @@ def memory_inputs(B, T, H, D, cfg, dtype=torch.bfloat16):
     from atlas_kernels.ops.memory.triton_checks import linear_memory_inputs
     from atlas_kernels.ops.memory.triton_mlp_checks import mlp_memory_inputs
 
-    if cfg.memory == "mlp":
+    if cfg.memory in ("mlp", "gated_mlp"):
         q, k, v, gates, p = mlp_memory_inputs(cfg, B, T, H, D, dtype=dtype, device=DEVICE)
     else:
         q, k, v, gates, p = linear_memory_inputs(cfg, B, T, H, D, D, dtype=dtype, device=DEVICE)
@@ -344,6 +350,7 @@ def timing(budget: Budget, peak: float, quick: bool, only: str = "all") -> list[
                 ("torch chunk op", "momentum c=2", mom, atlas_factory, ("torch", B, T, H, D, mom)),
             ]
             titans_mlp, omega_mlp = MLP_CONFIGS["mlp titans momentum c=1"], MLP_CONFIGS["mlp omega gd c=4"]
+            gated_mlp = MLP_CONFIGS["gated mlp momentum c=4"]
             mlp_runs = [
                 ("triton (MLP)", "mlp titans momentum c=1", titans_mlp, atlas_factory,
                  ("triton", B, T, H, D, titans_mlp)),
@@ -353,6 +360,10 @@ def timing(budget: Budget, peak: float, quick: bool, only: str = "all") -> list[
                  (B, T, d_model, H, D, 2)),
                 ("triton (MLP)", "mlp omega gd c=4", omega_mlp, atlas_factory, ("triton", B, T, H, D, omega_mlp)),
                 ("torch chunk op", "mlp omega gd c=4", omega_mlp, atlas_factory, ("torch", B, T, H, D, omega_mlp)),
+                ("triton (MLP)", "gated mlp momentum c=4", gated_mlp, atlas_factory,
+                 ("triton", B, T, H, D, gated_mlp)),
+                ("torch chunk op", "gated mlp momentum c=4", gated_mlp, atlas_factory,
+                 ("torch", B, T, H, D, gated_mlp)),
             ]  # fmt: skip
             runs = {"all": runs + mlp_runs, "linear": runs, "mlp": mlp_runs}[only]
             for impl, cname, cfg, factory, factory_args in runs:
@@ -368,8 +379,9 @@ def timing(budget: Budget, peak: float, quick: bool, only: str = "all") -> list[
                     step, forward, leaves = made
                     fwd = bench_ms(forward, rep_ms=100)
                     full = bench_ms(step, grad_to_none=leaves)
-                    if cfg.memory == "mlp":
-                        flops = mlp_memory_flops(B, T, H, D, cfg.expansion * D, CHUNK, cfg.window, cfg.uses_momentum)
+                    if cfg.memory in ("mlp", "gated_mlp"):
+                        flops = mlp_memory_flops(B, T, H, D, cfg.expansion * D, CHUNK, cfg.window, cfg.uses_momentum,
+                                                 cfg.memory == "gated_mlp")  # fmt: skip
                     else:
                         flops = linear_memory_flops(B, T, H, D, D, CHUNK, cfg.window, cfg.decay_first)
                     tflops = flops / (full * 1e-3) / 1e12

@@ -66,7 +66,7 @@ def _compile_case(kind: str, *args: str) -> list[int]:
         from atlas_kernels.ops.memory import triton_mlp as mt
         from atlas_kernels.ops.memory import triton_mlp_bwd as mb
 
-        direction, chunk, window, D = args[0], int(args[1]), int(args[2]), int(args[3])
+        direction, chunk, window, D, gated = args[0], int(args[1]), int(args[2]), int(args[3]), args[5] == "gated"
         prec = "bf16" if args[4] == "bf16" else "tf32x3"
         fn = mt._mlp_fwd_kernel if direction == "fwd" else mb._mlp_bwd_kernel
         half = ("q_ptr", "k_ptr", "v_ptr", "a_ptr", "e_ptr", "g_ptr", "th_ptr", "y_ptr", "dy_ptr")
@@ -74,6 +74,7 @@ def _compile_case(kind: str, *args: str) -> list[int]:
         types.update(gate_eps="fp32", norm_eps="fp32")
         BT, BW, BK, BV, BD = mt._blocks(chunk, window - 1, D, D, 4 * D, None, prec)
         cx = dict(BT=BT, BW=BW, BK=BK, BV=BV, BD=BD, L2=True, MOMENTUM=True, NORM=True, RESIDUAL=True, SILU=False)
+        cx["GATED"] = gated
         cx.update(ACC=tl.float32, PREC=prec)
         return [_compile(fn, types, cx, mt._num_warps(BW, BK))]
     if kind == "newton_schulz":
@@ -114,8 +115,16 @@ def test_linear_memory_compiles(variant, BK, direction):
     _run("memory", variant, str(BK), direction)
 
 
-# (chunk, window, head dim, dtype): 340M / 760M layer shapes in bf16; fp32 at the largest tile the guard admits
-MLP_CASES = [(64, 4, 64, "bf16"), (64, 4, 96, "bf16"), (64, 4, 128, "bf16"), (32, 4, 64, "fp32")]
+# (chunk, window, head dim, dtype, memory): 340M / 760M layer shapes in bf16; fp32 at the largest tile the guard
+# admits; the gated MLP (one more weight and momentum) at the largest of both
+MLP_CASES = [
+    (64, 4, 64, "bf16", "mlp"),
+    (64, 4, 96, "bf16", "mlp"),
+    (64, 4, 128, "bf16", "mlp"),
+    (32, 4, 64, "fp32", "mlp"),
+    (64, 4, 128, "bf16", "gated"),
+    (32, 4, 64, "fp32", "gated"),
+]
 
 
 @pytest.mark.parametrize("case", MLP_CASES, ids=["-".join(map(str, c)) for c in MLP_CASES])

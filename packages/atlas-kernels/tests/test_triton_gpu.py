@@ -27,9 +27,10 @@ CONFIGS = {
     ),
 }
 
-MLP_CONFIGS = {  # Titans (momentum, online) and OmegaNet-style (gd, window 4) MLP memories with the memory LN
+MLP_CONFIGS = {  # Titans (momentum, online), OmegaNet-style (gd, window 4) and gated MLP memories with the memory LN
     "titans-momentum-c1": MemoryConfig(memory="mlp", optimizer="momentum", window=1, chunk_size=64),
     "omega-gd-c4": MemoryConfig(memory="mlp", optimizer="gd", window=4, chunk_size=64),
+    "gated-momentum-c4": MemoryConfig(memory="gated_mlp", optimizer="momentum", window=4, chunk_size=64),
 }
 
 
@@ -74,12 +75,12 @@ def test_mlp_memory_bf16_real_shapes(shape, config):
     _assert_close_to_torch(errs, base, 2e-2)
 
 
-@pytest.mark.parametrize("optimizer", ["gd", "momentum"])
-def test_mlp_memory_fp32_odd_shape(optimizer):
+@pytest.mark.parametrize("optimizer,memory", [("gd", "mlp"), ("momentum", "mlp"), ("momentum", "gated_mlp")])
+def test_mlp_memory_fp32_odd_shape(optimizer, memory):
     """T = 333 (a short last chunk), Dk = 48 (padded tiles), hidden 192 (six hidden blocks), window 3."""
     from atlas_kernels.ops.memory.triton_mlp_checks import check_mlp_memory
 
-    cfg = MemoryConfig(memory="mlp", optimizer=optimizer, window=3, chunk_size=16)
+    cfg = MemoryConfig(memory=memory, optimizer=optimizer, window=3, chunk_size=16)
     errs, base = check_mlp_memory(cfg, 2, 333, 4, 48, dtype=torch.float32, device="cuda", baseline=True)
     _assert_close_to_torch(errs, base, 1e-4)
 

@@ -237,13 +237,16 @@ def test_bfloat16_inputs_accumulate_in_float32():
         assert rel_err(gr, g[name].double()) < 3e-2, name
 
 
-def test_gpu_check_helper_runs_on_cpu():
+@pytest.mark.parametrize("memory", ["mlp", "gated_mlp"])
+def test_gpu_check_helper_runs_on_cpu(memory):
     """The check the GPU tests and benchmark use, at an interpreter-sized shape in float32."""
     from atlas_kernels.ops.memory.triton_mlp_checks import check_mlp_memory
 
-    cfg = _cfg("momentum", 3, 8)
+    cfg = _cfg("momentum", 3, 8, memory)
     errs, base = check_mlp_memory(cfg, 1, 19, H, 8, dtype=torch.float32, device=DEVICE, baseline=True)
     assert {"o", "state.weights.W1", "state.momentum.W2", "grad.q", "grad.ln_weight", "grad.W2"} <= errs.keys()
+    if memory == "gated_mlp":
+        assert {"state.weights.W3", "state.momentum.W3", "grad.W3"} <= errs.keys()
     assert errs.keys() == base.keys()
     assert max(errs.values()) < 1e-5, errs
 

@@ -80,7 +80,8 @@ def check_mlp_memory(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, ba
     w_o = torch.randn(B, T, H, D, generator=gen, device=device) / math.sqrt(B * T * H * D)
     Dh = p["W1"].shape[-1]
     w_state = {}
-    for name in ("weights.W1", "weights.W2") + (("momentum.W1", "momentum.W2") if cfg.uses_momentum else ()):
+    groups = ("weights", "momentum") if cfg.uses_momentum else ("weights",)
+    for name in (f"{g}.{n}" for g in groups for n in cfg.weight_names):
         shape = (B, H, D, Dh) if name.endswith("W1") else (B, H, Dh, D)
         w_state[name] = torch.randn(shape, generator=gen, device=device) / math.sqrt(B * H * D * Dh)
     ref = _forward_backward(memory_chunk_torch, *ref_inputs, cfg, (w_o, w_state))
