@@ -155,6 +155,21 @@ def test_selection_rule(monkeypatch):
     assert not poly_auto._use_triton(torch.zeros(2, 3, 7, 16), a, 2)
 
 
+def test_environment_switch_turns_the_subop_kernels_off(monkeypatch):
+    """ATLAS_KERNELS_TRITON_SUBOPS=0: torch references even where the kernels would apply (read at call time)."""
+    pytest.importorskip("triton")
+    monkeypatch.setattr(dispatch, "_on_kernel_device", lambda x: True)
+    x, a = torch.zeros(2, 5, 8, 24), torch.rand(3, 3)
+    assert ns_auto._use_triton(x, 5) and dispatch.subops_enabled()
+    for off in ("0", ""):
+        monkeypatch.setenv(dispatch.SUBOPS_ENV, off)
+        assert not dispatch.subops_enabled()
+        assert not ns_auto._use_triton(x, 5)
+        assert not poly_auto._use_triton(torch.zeros(2, 3, 7, 16), a, 2)
+    monkeypatch.setenv(dispatch.SUBOPS_ENV, "1")
+    assert ns_auto._use_triton(x, 5)
+
+
 @pytest.mark.parametrize("norm", [0.0, 0.3, 0.5, 1.0, 1.0 + 1e-6, 3.0, 1e3])
 def test_power_of_two_bound_keeps_rows_inside_the_unit_ball(norm):
     """x / 2^k has row norms <= 1/2: the kernel's normalisation (eps = 1) is then the identity map."""

@@ -5,11 +5,20 @@ polynomial features through `poly_features_auto`. Each picks its Triton kernel f
 float64 when triton imports and the kernel's own argument check accepts the shape and dtype, and the torch
 reference otherwise (CPU, float64, shapes over the kernel limits, no triton). The Triton modules are imported only
 once a CUDA tensor passes the first checks, so atlas_kernels imports without triton.
+
+`ATLAS_KERNELS_TRITON_SUBOPS=0` in the environment turns the sub-op kernels off (the torch references everywhere),
+so that `memory_chunk(backend="torch")` can be made pure PyTorch, e.g. to rule the kernels out when debugging.
+It is read at every call, so a checkpointed chunk's recomputation in the backward follows the same rule as its
+forward.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
+
+SUBOPS_ENV = "ATLAS_KERNELS_TRITON_SUBOPS"
 
 
 def triton_available() -> bool:
@@ -26,6 +35,14 @@ def _on_kernel_device(x: torch.Tensor) -> bool:
     return x.is_cuda
 
 
+def subops_enabled() -> bool:
+    """False when the environment sets ATLAS_KERNELS_TRITON_SUBOPS to 0 (or an empty string)."""
+    return os.environ.get(SUBOPS_ENV, "1") not in ("", "0")
+
+
 def triton_candidate(x: torch.Tensor) -> bool:
-    """The part of the selection rule every sub-op shares: a CUDA tensor, not float64, triton installed."""
-    return isinstance(x, torch.Tensor) and _on_kernel_device(x) and x.dtype != torch.float64 and triton_available()
+    """The part of the selection rule every sub-op shares: sub-op kernels enabled, a CUDA tensor, not float64,
+    triton installed."""
+    if not (subops_enabled() and isinstance(x, torch.Tensor) and _on_kernel_device(x)):
+        return False
+    return x.dtype != torch.float64 and triton_available()
