@@ -180,9 +180,10 @@ def test_config_validates_decay_target():
     assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
 
 
-@pytest.mark.parametrize("memory", ["linear", "mlp"])
-def test_triton_refuses_decay_target_init(memory):
-    cfg = MemoryConfig(memory=memory, window=2, chunk_size=4, decay_target="init")
+def test_triton_linear_refuses_decay_target_init():
+    """The linear kernel decays toward 0 only (the MLP kernels implement "init": tests/test_triton_mlp.py)."""
+    cfg = MemoryConfig(memory="linear", window=2, chunk_size=4, decay_target="init")
+    assert api.triton_unsupported(dataclasses.replace(cfg, memory="mlp")) is None
     field, reason = api.triton_unsupported(cfg)
     assert field == "decay_target" and "'init'" in reason
     assert api.triton_unsupported(dataclasses.replace(cfg, decay_target="zero")) is None

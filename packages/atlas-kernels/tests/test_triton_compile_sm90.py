@@ -74,7 +74,7 @@ def _compile_case(kind: str, *args: str) -> list[int]:
         types.update(gate_eps="fp32", norm_eps="fp32")
         BT, BW, BK, BV, BD = mt._blocks(chunk, window - 1, D, D, 4 * D, None, prec)
         cx = dict(BT=BT, BW=BW, BK=BK, BV=BV, BD=BD, L2=True, MOMENTUM=True, NORM=True, RESIDUAL=True, SILU=False)
-        cx["GATED"] = gated
+        cx.update(GATED=gated, INIT=len(args) > 6 and args[6] == "init")
         cx.update(ACC=tl.float32, PREC=prec)
         return [_compile(fn, types, cx, mt._num_warps(BW, BK))]
     if kind == "newton_schulz":
@@ -124,6 +124,7 @@ MLP_CASES = [
     (32, 4, 64, "fp32", "mlp"),
     (64, 4, 128, "bf16", "gated"),
     (32, 4, 64, "fp32", "gated"),
+    (64, 4, 128, "bf16", "gated", "init"),  # decay_target="init": the W_init blocks on top
 ]
 
 

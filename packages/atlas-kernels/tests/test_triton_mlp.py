@@ -114,6 +114,37 @@ def test_variants_match_torch_op(variant, optimizer):
     _assert_match(ref, out, 1e-10)
 
 
+@pytest.mark.parametrize("memory", ["mlp", "gated_mlp"])
+@pytest.mark.parametrize("optimizer", ["gd", "momentum"])
+@pytest.mark.parametrize("window,T", [(1, 7), (3, 33)])
+def test_decay_toward_init_matches_torch_op(optimizer, memory, window, T):
+    """decay_target="init" (every A W_0 becomes A W_0 + (1 - A) W_init): outputs, states and every gradient,
+    W_init's (the same params as the initial state) included."""
+    cfg = _cfg(optimizer, window, 4, memory, decay_target="init")
+    args = _case(cfg, T=T, seed=13, eta_scale=0.3)
+    _assert_match(_run(memory_chunk, *args, cfg), _run(memory_chunk_triton_mlp, *args, cfg), 1e-10 if T < 20 else 1e-9)
+
+
+@pytest.mark.parametrize("optimizer", ["gd", "momentum"])
+def test_decay_toward_init_matches_oracle_and_resumes(optimizer):
+    """Against the token loop (b = 1), and as two segments with a state that starts away from W_init."""
+    cfg = _cfg(optimizer, 2, 1, "gated_mlp", decay_target="init")
+    args = _case(cfg, T=7, seed=17)
+    _assert_match(_run(memory_naive, *args, cfg), _run(memory_chunk_triton_mlp, *args, cfg), 1e-9)
+    cfg = _cfg(optimizer, 3, 4, decay_target="init")
+    q, k, v, gates, p = _case(cfg, T=13, seed=19, eta_scale=0.5)
+
+    def two_segments(q, k, v, gates, p, cfg, state=None):
+        pieces = []
+        for a, b in ((0, 6), (6, None)):
+            seg_gates = {n: g[:, a:b] for n, g in gates.items()}
+            o, state = memory_chunk_triton_mlp(q[:, a:b], k[:, a:b], v[:, a:b], seg_gates, p, cfg, state)
+            pieces.append(o)
+        return torch.cat(pieces, 1), state
+
+    _assert_match(_run(memory_chunk, q, k, v, gates, p, cfg), _run(two_segments, q, k, v, gates, p, cfg), 1e-10)
+
+
 @pytest.mark.parametrize("optimizer", ["gd", "momentum"])
 def test_float32_error_ratio(optimizer):
     cfg = _cfg(optimizer, 2, 16)
@@ -189,7 +220,6 @@ def test_dispatch():
         (_cfg(window="global"), "window"),
         (_cfg(window=66), "window"),
         (_cfg(chunk_size=256), "chunk_size"),
-        (_cfg(decay_target="init"), "decay_target"),
     ):
         with pytest.raises(ValueError, match=f"^{field}: not supported by backend='triton'"):
             api.select_backend(q, cfg, "triton")

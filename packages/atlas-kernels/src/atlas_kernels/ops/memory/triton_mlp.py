@@ -80,11 +80,13 @@ def state_present(cfg: MemoryConfig) -> list[bool]:
 class MLPMemoryFunction(torch.autograd.Function):
     """Inputs: q, k [B, T, H, Dk]; v [B, T, H, Dv]; alpha, eta, gamma, theta [B, T, H]; the six state tensors of
     `STATE_ORDER` (W1 [B, H, Dv, Dh], W2 and W3 [B, H, Dh, Dk], S likewise; placeholders where absent);
+    W_init for W1, W2, W3 [H, ...] (decay_target="init" only, else placeholders);
     ln_weight, ln_bias [H, Dv] (memory_norm only); halo_k/v/gamma [B, H, h(, D)]; cfg; block_h.
     Outputs: y [B, T, H, Dv], the six state tensors after the last token, the six at the last chunk start."""
 
     @staticmethod
-    def forward(ctx, q, k, v, alpha, eta, gamma, theta, w1, w2, w3, s1, s2, s3, lnw, lnb, hk, hv, hg, cfg, block_h):
+    def forward(ctx, q, k, v, alpha, eta, gamma, theta, w1, w2, w3, s1, s2, s3, wi1, wi2, wi3, lnw, lnb, hk, hv, hg,
+                cfg, block_h):  # fmt: skip
         B, T, H, K = k.shape
         V, DH, NH = v.shape[-1], w1.shape[-1], hk.shape[2]
         NT = triton.cdiv(T, cfg.chunk_size)
@@ -101,14 +103,15 @@ class MLPMemoryFunction(torch.autograd.Function):
         y = torch.empty(B, T, H, V, dtype=v.dtype, device=k.device)
         launch = dict(
             BT=BT, BW=BW, BK=BK, BV=BV, BD=BD, L2=cfg.bias == "l2", MOMENTUM=present[3], NORM=cfg.memory_norm,
-            RESIDUAL=cfg.residual, SILU=cfg.activation == "silu", GATED=present[2], ACC=acc, PREC=prec,
+            RESIDUAL=cfg.residual, SILU=cfg.activation == "silu", GATED=present[2],
+            INIT=cfg.decay_target == "init", ACC=acc, PREC=prec,
             num_warps=_num_warps(BW, BK), num_stages=1,
         )  # fmt: skip
         _mlp_fwd_kernel[(B * H,)](
-            q, k, v, alpha, eta, gamma, theta, hk, hv, hg, lnw, lnb, *ptrs, y,
+            q, k, v, alpha, eta, gamma, theta, hk, hv, hg, lnw, lnb, *ptrs, wi1, wi2, wi3, y,
             T, H, K, V, DH, NH, cfg.chunk_size, NT, float(cfg.gate_eps), float(cfg.norm_eps), **launch,
         )  # fmt: skip
-        ctx.save_for_backward(q, k, v, alpha, eta, gamma, theta, lnw, lnb, hk, hv, hg, *ptrs)
+        ctx.save_for_backward(q, k, v, alpha, eta, gamma, theta, lnw, lnb, hk, hv, hg, wi1, wi2, wi3, *ptrs)
         ctx.cfg = cfg
         ctx.blocks = (BT, BW, BK, BV, BD)
         ctx.launch = launch
@@ -128,7 +131,9 @@ class MLPMemoryFunction(torch.autograd.Function):
 
 def triton_unsupported(cfg: MemoryConfig, q: torch.Tensor | None = None):
     """None when the Triton MLP-memory op covers this call, else (field, reason) of the first unsupported setting."""
-    common = common_unsupported(cfg, q, memory=("mlp", "gated_mlp"), op="the Triton MLP op")
+    common = common_unsupported(
+        cfg, q, memory=("mlp", "gated_mlp"), op="the Triton MLP op", decay_targets=("zero", "init")
+    )
     if common is not None:
         return common
     if q is not None and q.is_cuda and q.dim() == 4 and not gpu_tiles_fit(cfg, q.shape[-1], q.dtype):
@@ -180,6 +185,10 @@ def memory_chunk_triton_mlp(q, k, v, gates, params, cfg: MemoryConfig, state: Me
         if hk.shape[2] != NH:
             raise ValueError(f"state: halo of {hk.shape[2]} tokens, expected window - 1 = {NH}")
     states = [t if t is not None else k.new_zeros(0) for t in states]
+    if cfg.decay_target == "init":  # the decay pulls toward the initial weights (W3 only for gated_mlp)
+        targets = [params[n].contiguous() if n in names else k.new_zeros(0) for n in ("W1", "W2", "W3")]
+    else:
+        targets = [k.new_zeros(0)] * 3
     hk, hv, hg = hk.contiguous(), hv.contiguous(), hg.contiguous()
     if cfg.memory_norm:
         lnw, lnb = params["ln_weight"].contiguous(), params["ln_bias"].contiguous()
@@ -191,8 +200,8 @@ def memory_chunk_triton_mlp(q, k, v, gates, params, cfg: MemoryConfig, state: Me
         y = v.new_zeros(B, 0, H, V)
         end, resume = [t.to(acc_torch) for t in states], None
     else:
-        out = MLPMemoryFunction.apply(qc, kc, vc, alpha, eta, gamma, theta, *states, lnw, lnb, hk, hv, hg, cfg,
-                                      block_h)  # fmt: skip
+        out = MLPMemoryFunction.apply(qc, kc, vc, alpha, eta, gamma, theta, *states, *targets, lnw, lnb, hk, hv, hg,
+                                      cfg, block_h)  # fmt: skip
         y, end, resume = out[0], list(out[1:7]), list(out[7:13])
 
     def _state(at, tensors):

@@ -50,13 +50,14 @@ from atlas_kernels.ops.triton_common import dot
 @triton.jit
 def _mlp_bwd_kernel(
     q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, hk_ptr, hv_ptr, hg_ptr, lnw_ptr, lnb_ptr,
-    w1_ptr, w2_ptr, w3_ptr, s1_ptr, s2_ptr, s3_ptr, dy_ptr,
+    w1_ptr, w2_ptr, w3_ptr, s1_ptr, s2_ptr, s3_ptr, wi1_ptr, wi2_ptr, wi3_ptr, dy_ptr,
     gw1_ptr, gw2_ptr, gw3_ptr, gs1_ptr, gs2_ptr, gs3_ptr, rw1_ptr, rw2_ptr, rw3_ptr, rs1_ptr, rs2_ptr, rs3_ptr,
+    gi1_ptr, gi2_ptr, gi3_ptr,
     dq_ptr, dk_ptr, dv_ptr, dc_ptr, da_ptr, dp_ptr, dr_ptr, dth_ptr, dlnw_ptr, dlnb_ptr, scr_ptr, scg_ptr,
     T, H, K, V, DH, NH, CHUNK, NT, gate_eps, norm_eps,
     BT: tl.constexpr, BW: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BD: tl.constexpr,
     L2: tl.constexpr, MOMENTUM: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, SILU: tl.constexpr,
-    GATED: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
+    GATED: tl.constexpr, INIT: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     i_bh = tl.program_id(0)
     i_b = i_bh // H
@@ -73,8 +74,10 @@ def _mlp_bwd_kernel(
     dlnb = tl.zeros((BV,), dtype=ACC)
     scr = scr_ptr + i_bh.to(tl.int64) * BW * DH  # per program: the part of dl/da0 (and dl/dgate) pass 3 knows
     scg = scg_ptr + i_bh.to(tl.int64) * BW * DH
-    rbase1 = i_bh.to(tl.int64) * V * DH
+    rbase1 = i_bh.to(tl.int64) * V * DH  # [B, H, ...] tensors: resume gradients, W_init gradients
     rbase2 = i_bh.to(tl.int64) * DH * K
+    ibase1 = i_h.to(tl.int64) * V * DH  # W_init [H, ...]
+    ibase2 = i_h.to(tl.int64) * DH * K
     for i_r in range(NT):
         i_t = NT - 1 - i_r
         first = i_r == 0  # the last chunk: its start state was also returned (resume), add that gradient
@@ -123,12 +126,17 @@ def _mlp_bwd_kernel(
             W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
             h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
             dh = dot(eb, W1b, PREC)
-            a, qW2, qS2 = _retrieval_layer(q, CK, dh * d1 * g0, A, P, w2_ptr, s2_ptr, base2, off2, m2, MOMENTUM, PREC)
+            a, qW2, qS2 = _retrieval_layer(q, CK, dh * d1 * g0, A, P, w2_ptr, s2_ptr, wi2_ptr, base2, ibase2, off2,
+                                           m2, MOMENTUM, INIT, PREC)  # fmt: skip
             hq, dqa = _act(a, SILU)
             if GATED:
-                gt, qW3, qS3 = _retrieval_layer(q, CK, dh * hs, A, P, w3_ptr, s3_ptr, base2, off2, m2, MOMENTUM, PREC)
+                gt, qW3, qS3 = _retrieval_layer(q, CK, dh * hs, A, P, w3_ptr, s3_ptr, wi3_ptr, base2, ibase2, off2,
+                                                m2, MOMENTUM, INIT, PREC)  # fmt: skip
                 hq = hq * gt
             yb += A[:, None] * dot(hq, tl.trans(W1b), PREC)
+            if INIT:
+                Wi1b = tl.load(wi1_ptr + ibase1 + off1, mask=m1, other=0.0).to(ACC)
+                yb += (1.0 - A[:, None]) * dot(hq, tl.trans(Wi1b), PREC)
             scores += dot(hq, tl.trans(h0), PREC)
             X1 += dot(h0, tl.trans(tl.load(gw1_ptr + gend1 + off1, mask=m1, other=0.0)), PREC)
             if MOMENTUM:
@@ -178,16 +186,28 @@ def _mlp_bwd_kernel(
             h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
             dh = dot(eb, W1b, PREC)
             u2 = dh * d1 * g0
-            a, qW2, qS2 = _retrieval_layer(q, CK, u2, A, P, w2_ptr, s2_ptr, base2, off2, m2, MOMENTUM, PREC)
+            a, qW2, qS2 = _retrieval_layer(q, CK, u2, A, P, w2_ptr, s2_ptr, wi2_ptr, base2, ibase2, off2, m2,
+                                           MOMENTUM, INIT, PREC)  # fmt: skip
             sa, dqa = _act(a, SILU)
             hq = sa
             if GATED:
                 u3 = dh * hs
-                gt, qW3, qS3 = _retrieval_layer(q, CK, u3, A, P, w3_ptr, s3_ptr, base2, off2, m2, MOMENTUM, PREC)
+                gt, qW3, qS3 = _retrieval_layer(q, CK, u3, A, P, w3_ptr, s3_ptr, wi3_ptr, base2, ibase2, off2, m2,
+                                                MOMENTUM, INIT, PREC)  # fmt: skip
                 hq = sa * gt
             dyW1 = dot(dyb, W1b, PREC)
             dhq = A[:, None] * dyW1 + dot(dscores, h0, PREC)
             dA += tl.sum(hq * dyW1, axis=1)
+            if INIT:  # the (1 - A) W_init terms of the retrieval and the end state; W_init's gradient
+                Wi1b = tl.load(wi1_ptr + ibase1 + off1, mask=m1, other=0.0).to(ACC)
+                Wi2b = tl.load(wi2_ptr + ibase2 + off2, mask=m2, other=0.0).to(ACC)
+                dyWi1 = dot(dyb, Wi1b, PREC)
+                dhq += (1.0 - A[:, None]) * dyWi1
+                dA -= tl.sum(hq * dyWi1, axis=1)
+                dAL -= tl.sum(tl.sum(G2b * Wi2b, axis=1), axis=0) + tl.sum(tl.sum(G1b * Wi1b, axis=1), axis=0)
+                gi1 = dot(tl.trans((1.0 - A[:, None]) * dyb), hq, PREC) + (1.0 - A_L) * G1b
+                pgi1 = gi1_ptr + rbase1 + off1
+                tl.store(pgi1, tl.load(pgi1, mask=m1, other=0.0) + gi1, mask=m1)
             if MOMENTUM:
                 S1b = tl.load(s1_ptr + base1 + off1, mask=m1, other=0.0)
                 dyS1 = dot(dyb, S1b, PREC)
@@ -197,6 +217,11 @@ def _mlp_bwd_kernel(
             if GATED:
                 da = da * gt
             dq += A[:, None] * dot(da, W2b, PREC)
+            if INIT:
+                dq += (1.0 - A[:, None]) * dot(da, Wi2b, PREC)
+                gi2 = dot(tl.trans((1.0 - A[:, None]) * da), q, PREC) + (1.0 - A_L) * G2b
+                pgi2 = gi2_ptr + rbase2 + off2
+                tl.store(pgi2, tl.load(pgi2, mask=m2, other=0.0) + gi2, mask=m2)
             dA += tl.sum(da * qW2, axis=1)
             dCK -= dot(da, tl.trans(u2), PREC)
             X2 = dot(wk, tl.trans(G2b), PREC)
@@ -212,6 +237,13 @@ def _mlp_bwd_kernel(
                 G3b = tl.load(gw3_ptr + gend2 + off2, mask=m2, other=0.0)
                 dgt = dhq * sa
                 dq += A[:, None] * dot(dgt, W3b, PREC)
+                if INIT:
+                    Wi3b = tl.load(wi3_ptr + ibase2 + off2, mask=m2, other=0.0).to(ACC)
+                    dq += (1.0 - A[:, None]) * dot(dgt, Wi3b, PREC)
+                    dAL -= tl.sum(tl.sum(G3b * Wi3b, axis=1), axis=0)
+                    gi3 = dot(tl.trans((1.0 - A[:, None]) * dgt), q, PREC) + (1.0 - A_L) * G3b
+                    pgi3 = gi3_ptr + rbase2 + off2
+                    tl.store(pgi3, tl.load(pgi3, mask=m2, other=0.0) + gi3, mask=m2)
                 dA += tl.sum(dgt * qW3, axis=1)
                 dCK -= dot(dgt, tl.trans(u3), PREC)
                 X3 = dot(wk, tl.trans(G3b), PREC)
@@ -350,17 +382,17 @@ def _mlp_bwd_kernel(
 def mlp_memory_backward(saved, cfg: MemoryConfig, dy, d_end, d_resume, blocks, launch):
     """Gradients of `MLPMemoryFunction` (same order as its forward arguments) from the saved forward tensors.
 
-    saved: (q, k, v, alpha, eta, gamma, theta, ln_weight, ln_bias, halo_k, halo_v, halo_gamma, then the six state
-    buffers of `STATE_ORDER`); d_end / d_resume: gradients of the returned end / last-chunk-start states (six each,
-    None where unused);
+    saved: (q, k, v, alpha, eta, gamma, theta, ln_weight, ln_bias, halo_k, halo_v, halo_gamma, W_init of W1, W2,
+    W3, then the six state buffers of `STATE_ORDER`); d_end / d_resume: gradients of the returned end /
+    last-chunk-start states (six each, None where unused);
     blocks: the forward's (BT, BW, BK, BV, BD); launch: kwargs of the kernel launch (constexprs, num_warps).
     """
-    q, k, v, alpha, eta, gamma, theta, lnw, lnb, hk, hv, hg, *bufs = saved
+    q, k, v, alpha, eta, gamma, theta, lnw, lnb, hk, hv, hg, wi1, wi2, wi3, *bufs = saved
     B, T, H, K = k.shape
     V, DH, NH, b = v.shape[-1], bufs[0].shape[-1], hk.shape[2], cfg.chunk_size
     NT = triton.cdiv(T, b)
     BT, BW, BK, BV, BD = blocks
-    momentum, gated = launch["MOMENTUM"], launch["GATED"]
+    momentum, gated, init = launch["MOMENTUM"], launch["GATED"], launch["INIT"]
     present = [True, True, gated, momentum, momentum, momentum and gated]
     acc, dev = bufs[0].dtype, k.device
 
@@ -376,6 +408,8 @@ def mlp_memory_backward(saved, cfg: MemoryConfig, dy, d_end, d_resume, blocks, l
     # absent states get the W1 buffers as unread placeholders
     grads = [slots(d, buf) if there else None for d, buf, there in zip(d_end, bufs, present)]
     resumes = [resume(d, buf) if there else None for d, buf, there in zip(d_resume, bufs, present)]
+    # W_init gradients per (batch, head), summed over the batch below (placeholders without decay_target="init")
+    gi = [buf.new_zeros(B, H, *buf.shape[3:]) if init and there else bufs[0] for buf, there in zip(bufs, present[:3])]
     dq = torch.empty(B, T, H, K, dtype=acc, device=dev)
     dk = torch.zeros(B, H, NH + T, K, dtype=acc, device=dev)
     dv = torch.zeros(B, H, NH + T, V, dtype=acc, device=dev)
@@ -390,8 +424,9 @@ def mlp_memory_backward(saved, cfg: MemoryConfig, dy, d_end, d_resume, blocks, l
     scratch_gate = torch.empty_like(scratch) if gated else scratch
     dy = torch.zeros(B, T, H, V, dtype=acc, device=dev) if dy is None else dy.contiguous()
     _mlp_bwd_kernel[(B * H,)](
-        q, k, v, alpha, eta, gamma, theta, hk, hv, hg, lnw, lnb, *bufs, dy,
+        q, k, v, alpha, eta, gamma, theta, hk, hv, hg, lnw, lnb, *bufs, wi1, wi2, wi3, dy,
         *[g if g is not None else grads[0] for g in grads], *[r if r is not None else resumes[0] for r in resumes],
+        *gi,
         dq, dk, dv, dC, dA, dP, dr, dth, dlnw, dlnb, scratch, scratch_gate,
         T, H, K, V, DH, NH, b, NT, float(cfg.gate_eps), float(cfg.norm_eps), **launch,
     )  # fmt: skip
@@ -399,11 +434,12 @@ def mlp_memory_backward(saved, cfg: MemoryConfig, dy, d_end, d_resume, blocks, l
     public = lambda t, like: t.transpose(1, 2).to(like.dtype)  # noqa: E731  heads-first -> [B, T, H, ...]
     d_states = [g[:, :, NT % 2] if g is not None else None for g in grads]
     dnorm = (dlnw.sum(0).to(lnw.dtype), dlnb.sum(0).to(lnb.dtype)) if cfg.memory_norm else (None, None)
+    d_init = [g.sum(0).to(w.dtype) if init and there else None for g, w, there in zip(gi, (wi1, wi2, wi3), present)]
     return (
         dq.to(q.dtype), public(dk[:, :, NH:], k), public(dv[:, :, NH:], v),
         d_gates["alpha"].to(alpha.dtype), d_gates["eta"].to(eta.dtype), d_gates["gamma"].to(gamma.dtype),
         d_gates["theta"].to(theta.dtype) if momentum else None,
-        *d_states, *dnorm,
+        *d_states, *d_init, *dnorm,
         dk[:, :, :NH].to(hk.dtype), dv[:, :, :NH].to(hv.dtype), d_gates["halo_gamma"].to(hg.dtype),
     )  # fmt: skip
 

@@ -133,16 +133,23 @@ def _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED: tl.constexpr, SILU: tl
 
 
 @triton.jit
-def _retrieval_layer(q, CK, u, A, P, w_ptr, s_ptr, base, off, m, MOMENTUM: tl.constexpr, PREC: tl.constexpr):
-    """A_j W_0 q_j - P_j S_0 q_j - sum_w CK[j, w] u_w for one hidden block of a first layer (W2 or W3):
-    (the result, W_0 q, S_0 q (0 without momentum)); u is the layer's signal over the window."""
+def _retrieval_layer(q, CK, u, A, P, w_ptr, s_ptr, wi_ptr, base, ibase, off, m, MOMENTUM: tl.constexpr,
+                     INIT: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+    """A_j W_0 q_j - P_j S_0 q_j - sum_w CK[j, w] u_w for one hidden block of a first layer (W2 or W3), plus
+    (1 - A_j) W_init q_j when decaying toward W_init: (the result, its derivative in A_j, S_0 q (0 without
+    momentum)); u is the layer's signal over the window."""
     Wq = dot(q, tl.trans(tl.load(w_ptr + base + off, mask=m, other=0.0)), PREC)
     out = A[:, None] * Wq - dot(CK, u, PREC)
+    dcoef = Wq
+    if INIT:
+        Wiq = dot(q, tl.trans(tl.load(wi_ptr + ibase + off, mask=m, other=0.0).to(Wq.dtype)), PREC)
+        out += (1.0 - A[:, None]) * Wiq
+        dcoef = Wq - Wiq
     Sq = Wq * 0.0
     if MOMENTUM:
         Sq = dot(q, tl.trans(tl.load(s_ptr + base + off, mask=m, other=0.0)), PREC)
         out -= P[:, None] * Sq
-    return out, Wq, Sq
+    return out, dcoef, Sq
 
 
 @triton.jit
@@ -189,14 +196,15 @@ def _signal(wk, wv, w1_ptr, w2_ptr, w3_ptr, base1, base2, lnw, lnb, K, V, DH, no
 @triton.jit
 def _mlp_fwd_kernel(
     q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, hk_ptr, hv_ptr, hg_ptr, lnw_ptr, lnb_ptr,
-    w1_ptr, w2_ptr, w3_ptr, s1_ptr, s2_ptr, s3_ptr, y_ptr,
+    w1_ptr, w2_ptr, w3_ptr, s1_ptr, s2_ptr, s3_ptr, wi1_ptr, wi2_ptr, wi3_ptr, y_ptr,
     T, H, K, V, DH, NH, CHUNK, NT, gate_eps, norm_eps,
     BT: tl.constexpr, BW: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BD: tl.constexpr,
     L2: tl.constexpr, MOMENTUM: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, SILU: tl.constexpr,
-    GATED: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
+    GATED: tl.constexpr, INIT: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     """One program per (batch, head), chunks in sequence; the states live in the global buffers
-    [B, H, NT + 1, ...] (slot i: start of chunk i; W3 / S3 share W2's layout)."""
+    [B, H, NT + 1, ...] (slot i: start of chunk i; W3 / S3 share W2's layout). With INIT (decay_target="init")
+    every A W_0 becomes A W_0 + (1 - A) W_init, W_init [H, ...] the initial weights (wi*_ptr)."""
     i_bh = tl.program_id(0)
     i_b = i_bh // H
     i_h = i_bh % H
@@ -208,6 +216,8 @@ def _mlp_fwd_kernel(
     kmask = rk < K
     vmask = rv < V
     lnw, lnb = _ln_params(lnw_ptr, lnb_ptr, i_h, V, rv, NORM, ACC)
+    ibase1 = i_h.to(tl.int64) * V * DH
+    ibase2 = i_h.to(tl.int64) * DH * K
     for i_t in range(NT):
         s = i_t * CHUNK
         L = tl.minimum(CHUNK, T - s)
@@ -243,19 +253,28 @@ def _mlp_fwd_kernel(
             h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
             dh = dot(eb, W1b, PREC)
             u2 = dh * d1 * g0  # the signals of W2 and W3 (gated): dl/da0, dl/dgate
-            a, qW2, qS2 = _retrieval_layer(q, CK, u2, A, P, w2_ptr, s2_ptr, base2, off2, m2, MOMENTUM, PREC)
+            a, qW2, qS2 = _retrieval_layer(q, CK, u2, A, P, w2_ptr, s2_ptr, wi2_ptr, base2, ibase2, off2, m2,
+                                           MOMENTUM, INIT, PREC)  # fmt: skip
             hq, dqa = _act(a, SILU)
             if GATED:
                 u3 = dh * hs
-                gt, qW3, qS3 = _retrieval_layer(q, CK, u3, A, P, w3_ptr, s3_ptr, base2, off2, m2, MOMENTUM, PREC)
+                gt, qW3, qS3 = _retrieval_layer(q, CK, u3, A, P, w3_ptr, s3_ptr, wi3_ptr, base2, ibase2, off2, m2,
+                                                MOMENTUM, INIT, PREC)  # fmt: skip
                 hq = hq * gt
             yb += A[:, None] * dot(hq, tl.trans(W1b), PREC)
             scores += dot(hq, tl.trans(h0), PREC)
             W2n = A_L * W2b - dot(tl.trans(cl[:, None] * u2), wk, PREC)
             W1n = A_L * W1b - dot(tl.trans(cl[:, None] * eb), h0, PREC)
+            if INIT:
+                Wi1b = tl.load(wi1_ptr + ibase1 + off1, mask=m1, other=0.0).to(ACC)
+                yb += (1.0 - A[:, None]) * dot(hq, tl.trans(Wi1b), PREC)
+                W1n += (1.0 - A_L) * Wi1b
+                W2n += (1.0 - A_L) * tl.load(wi2_ptr + ibase2 + off2, mask=m2, other=0.0).to(ACC)
             if GATED:
                 W3b = tl.load(w3_ptr + base2 + off2, mask=m2, other=0.0)
                 W3n = A_L * W3b - dot(tl.trans(cl[:, None] * u3), wk, PREC)
+                if INIT:
+                    W3n += (1.0 - A_L) * tl.load(wi3_ptr + ibase2 + off2, mask=m2, other=0.0).to(ACC)
             if MOMENTUM:
                 S2b = tl.load(s2_ptr + base2 + off2, mask=m2, other=0.0)
                 S1b = tl.load(s1_ptr + base1 + off1, mask=m1, other=0.0)

@@ -14,17 +14,17 @@ MAX_KEY_DIM = 256
 
 
 def common_unsupported(
-    cfg: MemoryConfig, q: torch.Tensor | None, *, memory: tuple[str, ...], op: str
+    cfg: MemoryConfig, q: torch.Tensor | None, *, memory: tuple[str, ...], op: str, decay_targets=("zero",)
 ) -> tuple[str, str] | None:
-    """None when `cfg` (and the input `q`) fit a Triton op implementing the memories `memory`, else (field, reason)
-    of the first unsupported setting; `op` names the kernel in the reason."""
+    """None when `cfg` (and the input `q`) fit a Triton op implementing the memories `memory` and the decay targets
+    `decay_targets`, else (field, reason) of the first unsupported setting; `op` names the kernel in the reason."""
     if cfg.memory not in memory:
         return "memory", f"memory={cfg.memory!r} ({op} implements memory={' and '.join(map(repr, memory))})"
     if cfg.optimizer not in ("gd", "momentum"):
         return "optimizer", f"optimizer={cfg.optimizer!r} ({op} implements optimizer='gd' and 'momentum')"
     if cfg.feature_map != "identity":
         return "feature_map", f"feature_map={cfg.feature_map!r} ({op} implements feature_map='identity')"
-    if cfg.decay_target != "zero":
+    if cfg.decay_target not in decay_targets:
         return "decay_target", f"decay_target={cfg.decay_target!r} ({op} decays toward 0 only)"
     if cfg.is_global:
         return "window", f"window='global' ({op} implements a finite window c)"
