@@ -200,3 +200,13 @@ def test_empty_sequence_returns_the_state():
     o, s = memory_chunk_triton(q, k, v, gates, p, cfg)
     assert o.shape == (1, 0, H, 4)
     torch.testing.assert_close(s.weights["W"], p["W"].expand(1, *p["W"].shape))
+
+
+def test_linear_gpu_check_helper_runs_on_cpu():
+    """The check the GPU tests and benchmark use (`triton_checks.check_linear_memory`), interpreter-sized, fp32."""
+    from atlas_kernels.ops.memory.triton_checks import check_linear_memory
+
+    cfg = MemoryConfig(memory="linear", optimizer="momentum", window=2, chunk_size=8)
+    errs = check_linear_memory(cfg, 1, 19, H, 8, 6, dtype=torch.float32, device=DEVICE)
+    assert {"o", "state.weights.W", "state.momentum.W", "grad.q", "grad.gates.theta", "grad.W"} <= errs.keys()
+    assert max(errs.values()) < 1e-5, errs

@@ -56,18 +56,37 @@ def linear_memory_inputs(cfg: MemoryConfig, B, T, H, Dk, Dv, *, dtype, device, s
     return cast(q), cast(k), cast(v), {n: cast(t) for n, t in gates.items()}, {n: cast(t) for n, t in p.items()}
 
 
-def _forward_backward(op, q, k, v, gates, params, cfg, weights):
+def forward_backward(op, q, k, v, gates, params, cfg, w_o, w_state):
+    """Outputs, state and the gradient of every input of loss = <o, w_o> + sum_name <state[name], w_state[name]>
+    (state tensors by `MemoryState.tensors()` name; names absent from w_state do not enter the loss)."""
     leaves = {"q": q, "k": k, "v": v, **{f"gates.{n}": t for n, t in gates.items()}, **params}
     leaves = {n: t.detach().clone().requires_grad_() for n, t in leaves.items()}
     g = {n: leaves[f"gates.{n}"] for n in gates}
     p = {n: leaves[n] for n in params}
     o, s = op(leaves["q"], leaves["k"], leaves["v"], g, p, cfg)
-    w_o, w_s = weights
-    loss = (o.float() * w_o).sum() + (s.weights["W"].float() * w_s).sum()
-    if s.momentum is not None:
-        loss = loss + (s.momentum["W"].float() * w_s.flip(-1)).sum()
+    loss = (o.float() * w_o).sum()
+    for name, t in s.tensors().items():
+        if name in w_state:
+            loss = loss + (t.float() * w_state[name]).sum()
     grads = torch.autograd.grad(loss, list(leaves.values()))
     return o, s, dict(zip(leaves, grads))
+
+
+def error_ratios(ref, out) -> dict[str, float]:
+    """{"o", "state.<tensor>", "grad.<input>"}: `err_ratio` of each, from two `forward_backward` results."""
+    (o_ref, s_ref, g_ref), (o, s, g) = ref, out
+    errs = {"o": err_ratio(o_ref, o)}
+    t_ref, t_out = s_ref.tensors(), s.tensors()
+    errs.update({f"state.{n}": err_ratio(t_ref[n], t_out[n]) for n in t_ref})
+    errs.update({f"grad.{n}": err_ratio(g_ref[n], g[n]) for n in g_ref})
+    return errs
+
+
+def upcast_inputs(inputs, device):
+    """The same inputs in the reference dtype (float32 on CUDA, float64 on CPU)."""
+    up = lambda t: t.to(_reference_dtype(device))  # noqa: E731
+    q, k, v, gates, p = inputs
+    return up(q), up(k), up(v), {n: up(t) for n, t in gates.items()}, {n: up(t) for n, t in p.items()}
 
 
 def check_linear_memory(cfg: MemoryConfig, B, T, H, Dk, Dv, *, dtype, device, seed=0) -> dict[str, float]:
@@ -77,20 +96,12 @@ def check_linear_memory(cfg: MemoryConfig, B, T, H, Dk, Dv, *, dtype, device, se
     from atlas_kernels.ops.memory.triton_linear import memory_chunk_triton
 
     inputs = linear_memory_inputs(cfg, B, T, H, Dk, Dv, dtype=dtype, device=device, seed=seed)
-    ref_dtype = _reference_dtype(device)
-    up = lambda t: t.to(ref_dtype)  # noqa: E731
-    q, k, v, gates, p = inputs
-    ref_inputs = (up(q), up(k), up(v), {n: up(t) for n, t in gates.items()}, {n: up(t) for n, t in p.items()})
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     w_o = torch.randn(B, T, H, Dv, generator=gen, device=device) / math.sqrt(B * T * H * Dv)
     w_s = torch.randn(B, H, Dv, Dk, generator=gen, device=device) / math.sqrt(B * H * Dv * Dk)
-    o_ref, s_ref, g_ref = _forward_backward(memory_chunk_torch, *ref_inputs, cfg, (w_o, w_s))
-    o, s, g = _forward_backward(memory_chunk_triton, *inputs, cfg, (w_o, w_s))
-    errs = {"o": err_ratio(o_ref, o)}
-    t_ref, t_out = s_ref.tensors(), s.tensors()
-    errs.update({f"state.{n}": err_ratio(t_ref[n], t_out[n]) for n in t_ref})
-    errs.update({f"grad.{n}": err_ratio(g_ref[n], g[n]) for n in g_ref})
-    return errs
+    w_state = {"weights.W": w_s, "momentum.W": w_s.flip(-1)}
+    ref = forward_backward(memory_chunk_torch, *upcast_inputs(inputs, device), cfg, w_o, w_state)
+    return error_ratios(ref, forward_backward(memory_chunk_triton, *inputs, cfg, w_o, w_state))
 
 
 def check_newton_schulz(shape, *, dtype, device, steps=5, seed=0) -> dict[str, float]:

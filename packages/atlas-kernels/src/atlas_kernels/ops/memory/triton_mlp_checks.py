@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.params import init_memory_params
-from atlas_kernels.ops.memory.triton_checks import _reference_dtype, err_ratio
+from atlas_kernels.ops.memory.triton_checks import error_ratios, forward_backward, upcast_inputs
 
 
 def mlp_memory_inputs(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, eta_max=0.1):
@@ -42,30 +42,6 @@ def mlp_memory_inputs(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, e
     return cast(q), cast(k), cast(v), {n: cast(t) for n, t in gates.items()}, {n: cast(t) for n, t in p.items()}
 
 
-def _forward_backward(op, q, k, v, gates, params, cfg, weights):
-    leaves = {"q": q, "k": k, "v": v, **{f"gates.{n}": t for n, t in gates.items()}, **params}
-    leaves = {n: t.detach().clone().requires_grad_() for n, t in leaves.items()}
-    g = {n: leaves[f"gates.{n}"] for n in gates}
-    p = {n: leaves[n] for n in params}
-    o, s = op(leaves["q"], leaves["k"], leaves["v"], g, p, cfg)
-    w_o, w_state = weights
-    loss = (o.float() * w_o).sum()
-    for name, t in s.tensors().items():
-        if name in w_state:
-            loss = loss + (t.float() * w_state[name]).sum()
-    grads = torch.autograd.grad(loss, list(leaves.values()))
-    return o, s, dict(zip(leaves, grads))
-
-
-def _ratios(ref, out) -> dict[str, float]:
-    (o_ref, s_ref, g_ref), (o, s, g) = ref, out
-    errs = {"o": err_ratio(o_ref, o)}
-    t_ref, t_out = s_ref.tensors(), s.tensors()
-    errs.update({f"state.{n}": err_ratio(t_ref[n], t_out[n]) for n in t_ref})
-    errs.update({f"grad.{n}": err_ratio(g_ref[n], g[n]) for n in g_ref})
-    return errs
-
-
 def check_mlp_memory(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, baseline=False, eta_max=0.1):
     """Error ratios of the Triton MLP memory (in `dtype`) against the torch chunk op (float32 on CUDA, float64 on
     CPU): {"o", "state.<tensor>", "grad.<input>"}; with baseline=True, (triton ratios, torch-in-dtype ratios)."""
@@ -73,19 +49,16 @@ def check_mlp_memory(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, ba
     from atlas_kernels.ops.memory.triton_mlp import memory_chunk_triton_mlp
 
     inputs = mlp_memory_inputs(cfg, B, T, H, D, dtype=dtype, device=device, seed=seed, eta_max=eta_max)
-    up = lambda t: t.to(_reference_dtype(device))  # noqa: E731
-    q, k, v, gates, p = inputs
-    ref_inputs = (up(q), up(k), up(v), {n: up(t) for n, t in gates.items()}, {n: up(t) for n, t in p.items()})
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     w_o = torch.randn(B, T, H, D, generator=gen, device=device) / math.sqrt(B * T * H * D)
-    Dh = p["W1"].shape[-1]
+    Dh = inputs[4]["W1"].shape[-1]
     w_state = {}
     groups = ("weights", "momentum") if cfg.uses_momentum else ("weights",)
     for name in (f"{g}.{n}" for g in groups for n in cfg.weight_names):
         shape = (B, H, D, Dh) if name.endswith("W1") else (B, H, Dh, D)
         w_state[name] = torch.randn(shape, generator=gen, device=device) / math.sqrt(B * H * D * Dh)
-    ref = _forward_backward(memory_chunk_torch, *ref_inputs, cfg, (w_o, w_state))
-    errs = _ratios(ref, _forward_backward(memory_chunk_triton_mlp, *inputs, cfg, (w_o, w_state)))
+    ref = forward_backward(memory_chunk_torch, *upcast_inputs(inputs, device), cfg, w_o, w_state)
+    errs = error_ratios(ref, forward_backward(memory_chunk_triton_mlp, *inputs, cfg, w_o, w_state))
     if not baseline:
         return errs
-    return errs, _ratios(ref, _forward_backward(memory_chunk_torch, *inputs, cfg, (w_o, w_state)))
+    return errs, error_ratios(ref, forward_backward(memory_chunk_torch, *inputs, cfg, w_o, w_state))
