@@ -16,6 +16,10 @@ gradients follow from them in PyTorch, by autograd through `coefficients.py` (th
 code) batched over all chunks, O(T b (b + c)) work. Window tokens overlap between chunks (the halo), so dk and dv
 accumulate into [B, H, h + T, ...] buffers, the first h rows being the incoming halo. The state gradients flow
 between chunks through two slots [B, H, 2, ...] (end of this chunk / start of this chunk).
+gated_mlp (h0 = s(a0) * g0, g0 = W3 k): the signals are u2 = dh s'(a0) g0 (W2) and u3 = dh s(a0) (W3), the gate
+has its own retrieval layer, and pass 3 leaves the known part of dl/dg0 in a second scratch. decay_target="init":
+every A W_0 of the retrieval and the end state carries (1 - A) W_init; W_init's gradient accumulates per (batch,
+head) in pass 3 and is summed over the batch on the host.
 Derivation checked against autograd in float64 for every (gelu|silu, norm, residual, l2|dot, gd|momentum).
 """
 
@@ -169,7 +173,7 @@ def _mlp_bwd_kernel(
         dP = tl.zeros((BT,), dtype=ACC)
         dCK = tl.zeros((BT, BW), dtype=ACC)
         dkw = tl.zeros((BW, BK), dtype=ACC)
-        dAL = tl.sum(dA, axis=0)
+        dAL = tl.sum(dA, axis=0)  # scalar zeros of the accumulator type
         dPL = dAL
         dThL = dAL
         for d0 in range(0, DH, BD):
@@ -310,7 +314,7 @@ def _mlp_bwd_kernel(
         db0 = tl.zeros((BW, BV), dtype=ACC)
         if NORM:
             g = e * lnw[None, :]
-            de = _ln_bwd(yh0, inv0, deb, lnw * 0.0 + 1.0, vmask, V)
+            de = _ln_bwd(yh0, inv0, deb, lnw * 0.0 + 1.0, vmask, V)  # the LN operator applied to deb (unit weight)
             dlnw += tl.sum(de * e, axis=0)
             de = de * lnw[None, :]
             dyh = -inv0[:, None] * (
