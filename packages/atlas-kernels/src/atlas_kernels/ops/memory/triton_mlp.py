@@ -1,11 +1,12 @@
 """Chunkwise MLP memory in Triton: forward and backward kernels, host side (CHUNKWISE.md, MLP memory).
 
 Supported: memory="mlp" (f(x) = x + g(W1 s(W2 x)), g = the memory LayerNorm when cfg.memory_norm, residual on or
-off, s = gelu | silu), feature_map="identity", optimizer "gd" | "momentum", bias l2 | dot, a finite window c >= 1
-(c - 1 <= 64) with gamma gates and the carried halo, alpha (and theta) decay as log-space cumulative products
-clamped at cfg.gate_eps, chunk size b <= 128, any T, Dk <= 256, any hidden width (blocked). Everything else
-(gated_mlp, muon, poly / exp features, window="global") is refused with a ValueError naming the field; the api
-falls back to the torch op under backend="auto". This is the Titans / OmegaNet family of configurations.
+off, s = gelu | silu) and memory="gated_mlp" (x + g(W1 (s(W2 x) * W3 x))), feature_map="identity", optimizer
+"gd" | "momentum", bias l2 | dot, a finite window c >= 1 (c - 1 <= 64) with gamma gates and the carried halo, alpha
+(and theta) decay as log-space cumulative products clamped at cfg.gate_eps, toward 0 or toward W_init
+(decay_target), chunk size b <= 128, any T, Dk <= 256, any hidden width (blocked). Everything else (muon, poly /
+exp features, window="global") is refused with a ValueError naming the field; the api falls back to the torch op
+under backend="auto". This is the Titans / OmegaNet family of configurations (with identity features).
 
 Forward kernel: one program per (batch, head), chunks in sequence. Per chunk of L <= b tokens, the window tile
 holds the h = c - 1 halo tokens followed by the chunk (read from the sequence, or from the incoming state's halo
