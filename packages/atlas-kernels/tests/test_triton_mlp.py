@@ -49,6 +49,17 @@ def _run(op, q, k, v, gates, p, cfg, state=None, seed=9):
     return o, s, dict(zip(leaves, grads))
 
 
+def _two_segments(q, k, v, gates, p, cfg, state=None):
+    """The Triton op over tokens [0, 6) then the rest, the state kept in the graph (the first ends inside a chunk
+    of 4: pending tokens and a resume state)."""
+    pieces = []
+    for a, b in ((0, 6), (6, None)):
+        seg_gates = {n: g[:, a:b] for n, g in gates.items()}
+        o, state = memory_chunk_triton_mlp(q[:, a:b], k[:, a:b], v[:, a:b], seg_gates, p, cfg, state)
+        pieces.append(o)
+    return torch.cat(pieces, 1), state
+
+
 def _assert_match(ref, out, tol):
     (o_ref, s_ref, g_ref), (o, s, g) = ref, out
     assert o.shape == o_ref.shape and torch.isfinite(o).all()
@@ -134,15 +145,7 @@ def test_decay_toward_init_matches_oracle_and_resumes(optimizer):
     cfg = _cfg(optimizer, 3, 4, decay_target="init")
     q, k, v, gates, p = _case(cfg, T=13, seed=19, eta_scale=0.5)
 
-    def two_segments(q, k, v, gates, p, cfg, state=None):
-        pieces = []
-        for a, b in ((0, 6), (6, None)):
-            seg_gates = {n: g[:, a:b] for n, g in gates.items()}
-            o, state = memory_chunk_triton_mlp(q[:, a:b], k[:, a:b], v[:, a:b], seg_gates, p, cfg, state)
-            pieces.append(o)
-        return torch.cat(pieces, 1), state
-
-    _assert_match(_run(memory_chunk, q, k, v, gates, p, cfg), _run(two_segments, q, k, v, gates, p, cfg), 1e-10)
+    _assert_match(_run(memory_chunk, q, k, v, gates, p, cfg), _run(_two_segments, q, k, v, gates, p, cfg), 1e-10)
 
 
 @pytest.mark.parametrize("optimizer", ["gd", "momentum"])
@@ -165,16 +168,8 @@ def test_segments_carry_state_and_gradients(optimizer, memory):
     cfg = _cfg(optimizer, 3, 4, memory)
     q, k, v, gates, p = _case(cfg, T=13, seed=11, eta_scale=0.5)
 
-    def two_segments(q, k, v, gates, p, cfg, state=None):
-        pieces = []
-        for a, b in ((0, 6), (6, None)):
-            seg_gates = {n: g[:, a:b] for n, g in gates.items()}
-            o, state = memory_chunk_triton_mlp(q[:, a:b], k[:, a:b], v[:, a:b], seg_gates, p, cfg, state)
-            pieces.append(o)
-        return torch.cat(pieces, 1), state
-
     ref = _run(memory_chunk, q, k, v, gates, p, cfg)
-    out = _run(two_segments, q, k, v, gates, p, cfg)
+    out = _run(_two_segments, q, k, v, gates, p, cfg)
     _assert_match(ref, out, 1e-10)
 
 

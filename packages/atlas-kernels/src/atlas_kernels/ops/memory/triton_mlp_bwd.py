@@ -41,6 +41,7 @@ from atlas_kernels.ops.memory.triton_mlp_kernels import (
     _act,
     _coefficients,
     _first_layer,
+    _hidden_block,
     _layer_norm,
     _ln_bwd,
     _ln_params,
@@ -120,12 +121,7 @@ def _mlp_bwd_kernel(
         X1 = tl.zeros((BW, BV), dtype=ACC)
         Y1 = tl.zeros((BW, BV), dtype=ACC)
         for d0 in range(0, DH, BD):
-            rdd = d0 + rd
-            dmask = rdd < DH
-            off2 = rdd[:, None] * K + rk[None, :]
-            m2 = dmask[:, None] & kmask[None, :]
-            off1 = rv[:, None] * DH + rdd[None, :]
-            m1 = vmask[:, None] & dmask[None, :]
+            rdd, dmask, off1, m1, off2, m2 = _hidden_block(d0, rd, rk, rv, K, V, DH)
             W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
             W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
             h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
@@ -177,12 +173,7 @@ def _mlp_bwd_kernel(
         dPL = dAL
         dThL = dAL
         for d0 in range(0, DH, BD):
-            rdd = d0 + rd
-            dmask = rdd < DH
-            off2 = rdd[:, None] * K + rk[None, :]
-            m2 = dmask[:, None] & kmask[None, :]
-            off1 = rv[:, None] * DH + rdd[None, :]
-            m1 = vmask[:, None] & dmask[None, :]
+            rdd, dmask, off1, m1, off2, m2 = _hidden_block(d0, rd, rk, rv, K, V, DH)
             W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
             W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
             G2b = tl.load(gw2_ptr + gend2 + off2, mask=m2, other=0.0)
@@ -337,12 +328,7 @@ def _mlp_bwd_kernel(
         # pass 4 reads what pass 3 wrote (scratch, start-state gradients) through other threads
         tl.debug_barrier()
         for d0 in range(0, DH, BD):
-            rdd = d0 + rd
-            dmask = rdd < DH
-            off2 = rdd[:, None] * K + rk[None, :]
-            m2 = dmask[:, None] & kmask[None, :]
-            off1 = rv[:, None] * DH + rdd[None, :]
-            m1 = vmask[:, None] & dmask[None, :]
+            rdd, dmask, off1, m1, off2, m2 = _hidden_block(d0, rd, rk, rv, K, V, DH)
             W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
             W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
             h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)

@@ -122,6 +122,19 @@ def _coefficients(alpha, eta, theta, wg, rows, rw, L, NH, gate_eps, MOMENTUM: tl
 
 
 @triton.jit
+def _hidden_block(d0, rd, rk, rv, K, V, DH):
+    """Hidden block [d0, d0 + BD): its indices and mask, and the offsets and masks of its W1 tile [BV, BD]
+    (V x Dh layout) and its W2 / W3 tile [BD, BK] (Dh x K layout)."""
+    rdd = d0 + rd
+    dmask = rdd < DH
+    off1 = rv[:, None] * DH + rdd[None, :]
+    m1 = (rv < V)[:, None] & dmask[None, :]
+    off2 = rdd[:, None] * K + rk[None, :]
+    m2 = dmask[:, None] & (rk < K)[None, :]
+    return rdd, dmask, off1, m1, off2, m2
+
+
+@triton.jit
 def _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED: tl.constexpr, SILU: tl.constexpr, PREC: tl.constexpr):
     """Hidden block of the memory at W_0 over the window: (h0, s(a0), s'(a0), s''(a0), gate) with a0 = W2 k and
     h0 = s(a0) * gate, gate = W3 k for gated_mlp (else 1)."""
@@ -160,16 +173,12 @@ def _signal(wk, wv, w1_ptr, w2_ptr, w3_ptr, base1, base2, lnw, lnb, K, V, DH, no
     """The memory at W_0 over the window (hidden blocks): the loss signal e = dl/df and eb, its backprop through
     the LayerNorm (= e without the norm), which is the signal of W1; with the norm also the normalised rows and
     1 / std of b0 = W1 h0 (the backward differentiates eb through them)."""
-    kmask = rk < K
     vmask = rv < V
     b0 = tl.zeros((BW, BV), dtype=ACC)
     for d0 in range(0, DH, BD):
-        rdd = d0 + rd
-        dmask = rdd < DH
-        off2 = rdd[:, None] * K + rk[None, :]
-        m2 = dmask[:, None] & kmask[None, :]
+        rdd, dmask, off1, m1, off2, m2 = _hidden_block(d0, rd, rk, rv, K, V, DH)
         W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
-        W1b = tl.load(w1_ptr + base1 + rv[:, None] * DH + rdd[None, :], mask=vmask[:, None] & dmask[None, :], other=0.0)
+        W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
         h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
         b0 += dot(h0, tl.trans(W1b), PREC)
     yh0 = b0
@@ -242,12 +251,7 @@ def _mlp_fwd_kernel(
         yb = tl.zeros((BT, BV), dtype=ACC)
         scores = tl.zeros((BT, BW), dtype=ACC)
         for d0 in range(0, DH, BD):
-            rdd = d0 + rd
-            dmask = rdd < DH
-            off2 = rdd[:, None] * K + rk[None, :]
-            m2 = dmask[:, None] & kmask[None, :]
-            off1 = rv[:, None] * DH + rdd[None, :]
-            m1 = vmask[:, None] & dmask[None, :]
+            rdd, dmask, off1, m1, off2, m2 = _hidden_block(d0, rd, rk, rv, K, V, DH)
             W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
             W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
             h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
