@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# The whole GPU check of issue 5 as ONE device call (about 9 minutes; everything lands in $OUT even if cut short):
-#   run(command="bash benchmarks/gpu/session.sh", carry=[".whl"], timeout_s=600)
-# after `bash benchmarks/gpu/wheels.sh` here. Steps, each under its own time limit:
+# The whole GPU check of the Triton kernels as one scripted call on a GPU machine (about 9 minutes with the default
+# limits; every result lands in $OUT even if the call is cut short):
+#   OUT=/path/to/results bash benchmarks/gpu/session.sh
+# Run `bash benchmarks/gpu/wheels.sh` first where pip reaches the package index and copy the repo's .whl/ along:
+# they hold the titans-pytorch and flash-linear-attention references. Steps, each under its own time limit:
 #   1. environment (nvidia-smi, torch / triton versions)
-#   2. GPU tests of atlas-kernels (bf16 at real shapes, fp32 odd shapes, dispatch): pytest -m gpu
-#   3. benchmarks/kernels_gpu.py --quick (linear + MLP checks and timing at 340M, T = 2048)
-#   4. benchmarks/kernels_gpu.py --only mlp (the MLP / gated-MLP memory at 340M and 760M, T = 2048 / 4096)
+#   2. GPU tests of atlas-kernels (bf16 at real shapes, fp32 odd shapes, dispatch): pytest -m gpu   (PYTEST_S)
+#   3. benchmarks/kernels_gpu.py --quick (linear + MLP checks and timing at 340M, T = 2048)        (BENCH_S)
+#   4. benchmarks/kernels_gpu.py --only mlp (the MLP / gated-MLP memory at 340M and 760M)         (BENCH_S)
 # Results: $OUT/env.txt, $OUT/pytest_gpu.log, $OUT/kernels_gpu_quick.md, $OUT/kernels_gpu_mlp.md, $OUT/session.log.
+# When a check faults (illegal address), `python benchmarks/gpu/triage.py` runs every kernel alone, forward then
+# backward, each in its own process, and names the stage that faulted.
 set -uo pipefail
 OUT=${OUT:-/tmp/atlas-gpu-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/session.log") 2>&1
 export PYTHONUNBUFFERED=1
+# Per-step limits (seconds); shrink them when the device time left is short.
+PYTEST_S=${PYTEST_S:-240}
+BENCH_S=${BENCH_S:-170}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site
@@ -24,10 +31,10 @@ export PYTHONPATH="$PWD/packages/atlas-kernels/src${PYTHONPATH:+:$PYTHONPATH}"
   python3 -c "import titans_pytorch, fla; print('titans-pytorch ok, fla', fla.__version__)" || echo "references missing"
 } | tee "$OUT/env.txt"
 echo "== step 2: GPU tests"
-timeout 240 python3 -m pytest packages/atlas-kernels/tests/test_triton_gpu.py packages/atlas-kernels/tests/test_subop_dispatch.py \
-  -m gpu -q -p no:cacheprovider -x --durations=10 2>&1 | tee "$OUT/pytest_gpu.log"
+timeout "$PYTEST_S" python3 -m pytest packages/atlas-kernels/tests/test_triton_gpu.py packages/atlas-kernels/tests/test_subop_dispatch.py \
+  -m gpu -q -p no:cacheprovider --durations=10 2>&1 | tee "$OUT/pytest_gpu.log"
 echo "== step 3: kernels_gpu.py --quick"
-timeout 170 python3 benchmarks/kernels_gpu.py --quick --budget 150 --out "$OUT/kernels_gpu_quick.md"
+timeout "$BENCH_S" python3 benchmarks/kernels_gpu.py --quick --budget $((BENCH_S - 20)) --out "$OUT/kernels_gpu_quick.md"
 echo "== step 4: kernels_gpu.py --only mlp"
-timeout 170 python3 benchmarks/kernels_gpu.py --only mlp --budget 150 --out "$OUT/kernels_gpu_mlp.md"
+timeout "$BENCH_S" python3 benchmarks/kernels_gpu.py --only mlp --budget $((BENCH_S - 20)) --out "$OUT/kernels_gpu_mlp.md"
 date -u

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Run HERE (not on the GPU machine) before a device session: downloads the pure-Python wheels the GPU benchmark's
-# references need and the device image lacks (titans-pytorch with its dependencies, flash-linear-attention) into
-# .whl/ at the repo root, ignored by git; name `.whl` in the device call's `carry`. About 3 MB.
-# The device image (KINDS.md of the device tool) already has torch, triton, einops, transformers, numpy, sympy.
+# Run where pip reaches the package index, before a GPU run (the GPU machine may have no network): downloads the
+# pure-Python wheels the GPU benchmark's references need and the GPU image lacks (titans-pytorch with its dependencies, flash-linear-attention) into
+# .whl/ at the repo root, ignored by git; copy it along to the GPU machine. About 3 MB.
+# The GPU image we ran on already has torch, triton, einops, transformers, numpy, sympy.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"

@@ -103,3 +103,39 @@ def test_auto_picks_triton_on_cuda(monkeypatch):
     assert calls
     o_ref, _ = memory_chunk(*args, backend="torch")
     assert rel_err(o_ref, o) < 1e-4
+
+
+def test_auto_keeps_mlp_memories_on_torch_unless_enabled(monkeypatch):
+    """The MLP kernels failed the real-shape GPU check: "auto" holds them back, the variable releases them."""
+    mlp = MemoryConfig(memory="mlp", optimizer="gd", window=2, chunk_size=16)
+    gated = MemoryConfig(memory="gated_mlp", optimizer="momentum", window=2, chunk_size=16)
+    monkeypatch.delenv(api.MLP_TRITON_ENV, raising=False)
+    for cfg in (mlp, gated):
+        assert "GPU check" in api.auto_excluded(cfg)
+    assert api.auto_excluded(LINEAR) is None
+    monkeypatch.setenv(api.MLP_TRITON_ENV, "1")
+    assert api.auto_excluded(mlp) is None and api.auto_excluded(gated) is None
+
+
+def test_memory_kernels_compile_without_wgmma_on_hopper_only(monkeypatch):
+    """Hopper launches see DISABLE_MMA_V3=1 (wgmma miscompiles the memory kernels), other devices and the opt-in do
+    not, and the variable is restored afterwards."""
+    import os
+
+    from atlas_kernels.ops import triton_common
+
+    monkeypatch.delenv("DISABLE_MMA_V3", raising=False)
+    monkeypatch.delenv("ATLAS_KERNELS_WGMMA", raising=False)
+    cap = {"value": (9, 0)}
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap["value"])
+    seen = {}
+    for name, device, capability in (("hopper", "cuda", (9, 0)), ("ampere", "cuda", (8, 0)), ("cpu", "cpu", None)):
+        cap["value"] = capability
+        with triton_common.memory_kernel_compile(torch.device(device)):
+            seen[name] = os.environ.get("DISABLE_MMA_V3")
+        assert "DISABLE_MMA_V3" not in os.environ
+    assert seen == {"hopper": "1", "ampere": None, "cpu": None}
+    monkeypatch.setenv("ATLAS_KERNELS_WGMMA", "1")
+    cap["value"] = (9, 0)
+    with triton_common.memory_kernel_compile(torch.device("cuda")):
+        assert "DISABLE_MMA_V3" not in os.environ

@@ -43,7 +43,7 @@ from atlas_kernels.ops.memory.inputs import prepare_inputs
 from atlas_kernels.ops.memory.state import MemoryState, resume_inputs
 from atlas_kernels.ops.memory.triton_linear_kernels import _linear_bwd_kernel, _linear_fwd_kernel
 from atlas_kernels.ops.memory.triton_support import common_unsupported, window_tail
-from atlas_kernels.ops.triton_common import compute_precision
+from atlas_kernels.ops.triton_common import compute_precision, memory_kernel_compile
 
 MAX_VALUE_BLOCK = 32
 
@@ -100,14 +100,15 @@ class LinearMemoryFunction(torch.autograd.Function):
         shape_s = (B, H, V, K) if momentum else (0,)
         st = torch.empty(shape_s, dtype=acc_torch, device=v.device)
         hs0 = torch.empty((B, H, NT, V, K) if momentum else (0,), dtype=acc_torch, device=v.device)
-        _linear_fwd_kernel[(NV, B * H)](
-            q, k, v, alpha, eta, gamma, theta, hk, hv, hg,
-            w0, w0.stride(0), w0.stride(1), s0, s0.stride(0), s0.stride(1),
-            y, wt, h0, st, hs0,
-            T, H, K, V, NH, chunk, NT, float(gate_eps),
-            BT=BT, BH=BH, BK=BK, BV=BV, L2=l2, DECAY_FIRST=decay_first, MOMENTUM=momentum, HAS_HALO=NH > 0,
-            ACC=acc, PREC=prec, num_warps=_num_warps(BT, BK, BV), num_stages=1,
-        )  # fmt: skip
+        with memory_kernel_compile(k.device):
+            _linear_fwd_kernel[(NV, B * H)](
+                q, k, v, alpha, eta, gamma, theta, hk, hv, hg,
+                w0, w0.stride(0), w0.stride(1), s0, s0.stride(0), s0.stride(1),
+                y, wt, h0, st, hs0,
+                T, H, K, V, NH, chunk, NT, float(gate_eps),
+                BT=BT, BH=BH, BK=BK, BV=BV, L2=l2, DECAY_FIRST=decay_first, MOMENTUM=momentum, HAS_HALO=NH > 0,
+                ACC=acc, PREC=prec, num_warps=_num_warps(BT, BK, BV), num_stages=1,
+            )  # fmt: skip
         ctx.save_for_backward(q, k, v, alpha, eta, gamma, theta, hk, hv, hg, h0, hs0)
         ctx.settings = settings
         ctx.state_dtypes = (w0.dtype, s0.dtype)
@@ -144,15 +145,16 @@ class LinearMemoryFunction(torch.autograd.Function):
             for g, momentum_ok in ((dwt, True), (dwr, True), (dst, momentum), (dsr, momentum))
         ]
         dwt_c, dwr_c, dst_c, dsr_c = (g.contiguous() if h else dw0 for g, h in zip((dwt, dwr, dst, dsr), has))
-        _linear_bwd_kernel[(NV, B * H)](
-            q, k, v, alpha, eta, gamma, theta, hk, hv, hg, h0, hs0, dy, dwt_c, dwr_c, dst_c, dsr_c,
-            dq, dk, dv, dgates[0], dgates[1], dgates[2], dgates[3] if momentum else dgates[2], dw0, ds0,
-            dhk, dhv, dhg,
-            B, T, H, K, V, NH, chunk, NT, float(gate_eps),
-            BT=BT, BH=BH, BK=BK, BV=BV, L2=l2, DECAY_FIRST=decay_first, MOMENTUM=momentum, HAS_HALO=NH > 0,
-            HAS_DWT=has[0], HAS_DWR=has[1], HAS_DST=has[2], HAS_DSR=has[3], ACC=acc, PREC=prec,
-            num_warps=_num_warps(BT, BK, BV), num_stages=1,
-        )  # fmt: skip
+        with memory_kernel_compile(k.device):
+            _linear_bwd_kernel[(NV, B * H)](
+                q, k, v, alpha, eta, gamma, theta, hk, hv, hg, h0, hs0, dy, dwt_c, dwr_c, dst_c, dsr_c,
+                dq, dk, dv, dgates[0], dgates[1], dgates[2], dgates[3] if momentum else dgates[2], dw0, ds0,
+                dhk, dhv, dhg,
+                B, T, H, K, V, NH, chunk, NT, float(gate_eps),
+                BT=BT, BH=BH, BK=BK, BV=BV, L2=l2, DECAY_FIRST=decay_first, MOMENTUM=momentum, HAS_HALO=NH > 0,
+                HAS_DWT=has[0], HAS_DWR=has[1], HAS_DST=has[2], HAS_DSR=has[3], ACC=acc, PREC=prec,
+                num_warps=_num_warps(BT, BK, BV), num_stages=1,
+            )  # fmt: skip
         dq, dk, dgates = dq.sum(0), dk.sum(0), dgates.sum(1)
         dhalo = [None, None, None]
         if NH > 0:

@@ -47,7 +47,7 @@ from atlas_kernels.ops.memory.state import MemoryState, resume_inputs
 from atlas_kernels.ops.memory.triton_mlp_bwd import mlp_memory_backward
 from atlas_kernels.ops.memory.triton_mlp_kernels import _mlp_fwd_kernel
 from atlas_kernels.ops.memory.triton_support import common_unsupported, window_tail
-from atlas_kernels.ops.triton_common import compute_precision
+from atlas_kernels.ops.triton_common import compute_precision, memory_kernel_compile
 
 HIDDEN_BLOCK = 32
 # Largest window x key tile (BW * BK) per dtype that fits the 227 KB of shared memory of an sm_90 block, from
@@ -108,10 +108,11 @@ class MLPMemoryFunction(torch.autograd.Function):
             INIT=cfg.decay_target == "init", ACC=acc, PREC=prec,
             num_warps=_num_warps(BW, BK), num_stages=1,
         )  # fmt: skip
-        _mlp_fwd_kernel[(B * H,)](
-            q, k, v, alpha, eta, gamma, theta, hk, hv, hg, lnw, lnb, *ptrs, wi1, wi2, wi3, y,
-            T, H, K, V, DH, NH, cfg.chunk_size, NT, float(cfg.gate_eps), float(cfg.norm_eps), **launch,
-        )  # fmt: skip
+        with memory_kernel_compile(k.device):
+            _mlp_fwd_kernel[(B * H,)](
+                q, k, v, alpha, eta, gamma, theta, hk, hv, hg, lnw, lnb, *ptrs, wi1, wi2, wi3, y,
+                T, H, K, V, DH, NH, cfg.chunk_size, NT, float(cfg.gate_eps), float(cfg.norm_eps), **launch,
+            )  # fmt: skip
         ctx.save_for_backward(q, k, v, alpha, eta, gamma, theta, lnw, lnb, hk, hv, hg, wi1, wi2, wi3, *ptrs)
         ctx.cfg = cfg
         ctx.blocks = (BT, BW, BK, BV, BD)

@@ -49,7 +49,7 @@ from atlas_kernels.ops.memory.triton_mlp_kernels import (
     _retrieval_layer,
     _signal,
 )
-from atlas_kernels.ops.triton_common import dot
+from atlas_kernels.ops.triton_common import dot, memory_kernel_compile
 
 
 @triton.jit
@@ -413,13 +413,14 @@ def mlp_memory_backward(saved, cfg: MemoryConfig, dy, d_end, d_resume, blocks, l
     scratch = torch.empty(B, H, BW, DH, dtype=acc, device=dev)
     scratch_gate = torch.empty_like(scratch) if gated else scratch
     dy = torch.zeros(B, T, H, V, dtype=acc, device=dev) if dy is None else dy.contiguous()
-    _mlp_bwd_kernel[(B * H,)](
-        q, k, v, alpha, eta, gamma, theta, hk, hv, hg, lnw, lnb, *bufs, wi1, wi2, wi3, dy,
-        *[g if g is not None else grads[0] for g in grads], *[r if r is not None else resumes[0] for r in resumes],
-        *gi,
-        dq, dk, dv, dC, dA, dP, dr, dth, dlnw, dlnb, scratch, scratch_gate,
-        T, H, K, V, DH, NH, b, NT, float(cfg.gate_eps), float(cfg.norm_eps), **launch,
-    )  # fmt: skip
+    with memory_kernel_compile(dev):
+        _mlp_bwd_kernel[(B * H,)](
+            q, k, v, alpha, eta, gamma, theta, hk, hv, hg, lnw, lnb, *bufs, wi1, wi2, wi3, dy,
+            *[g if g is not None else grads[0] for g in grads], *[r if r is not None else resumes[0] for r in resumes],
+            *gi,
+            dq, dk, dv, dC, dA, dP, dr, dth, dlnw, dlnb, scratch, scratch_gate,
+            T, H, K, V, DH, NH, b, NT, float(cfg.gate_eps), float(cfg.norm_eps), **launch,
+        )  # fmt: skip
     d_gates = _gate_grads(alpha, eta, theta, gamma, hg, dC, dA, dP, dr, dth, cfg, NT)
     public = lambda t, like: t.transpose(1, 2).to(like.dtype)  # noqa: E731  heads-first -> [B, T, H, ...]
     d_states = [g[:, :, NT % 2] if g is not None else None for g in grads]
