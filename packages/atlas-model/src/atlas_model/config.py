@@ -27,6 +27,7 @@ MIXERS = ("memory", "attention", "swa", "mag", "mal", "mac")
 MEMORY_MIXERS = ("memory", "mag", "mal", "mac")
 SWA_MIXERS = ("swa", "mag", "mal")
 MEMORY_INIT = ("shared", "per_head", "zero")
+MEMORY_OUTPUT_INIT = ("random", "zero")
 MEMORY_BACKENDS = ("auto", "torch", "triton")
 # eta_init defaults by inner optimizer (AtlasConfig.initial_eta): Muon's orthogonalised step has unit singular
 # values, so eta is its spectral step size (Muon's usual lr); gd / momentum keep the delta rule's beta = 0.5.
@@ -68,6 +69,13 @@ class AtlasConfig(PreTrainedConfig):
             +25 % at 170M), "per_head", or "zero" (W_0 = 0, not learned; linear memories only, as in
             flash-linear-attention's DeltaNet / GLA, whose state starts at zero).
         memory_init_scale: W_0 ~ N(0, scale^2 / fan_in).
+        memory_output_init: "random" (default) or "zero": the output layer W1 of an MLP memory's W_0 starts at 0,
+            so that the first writes store v instead of cancelling a random read-out (MQAR study, atlas-experiments
+            docs/eval-synthetic.md).
+        memory_ln_gain_init: initial gain of the memory LayerNorm (1.0: the usual init; small values shrink the
+            LN branch so that x + LN(.) starts near the residual).
+        memory_value_scale: None (default) keeps v as projected; a float s makes each head's value s * v / ||v||,
+            which fixes the scale of what the memory stores against the unit-norm keys.
         memory_backend: `backend` of `atlas_kernels.memory_chunk`: "auto" (Triton kernels where they cover the
             configuration on CUDA, else PyTorch), "torch" or "triton".
         gate_rank: rank r of the low-rank gate projections d -> r -> heads (Miras: 32 or 64).
@@ -111,6 +119,9 @@ class AtlasConfig(PreTrainedConfig):
     memory: dict | None = field(default_factory=_default_memory)
     memory_init: str = "shared"
     memory_init_scale: float = 1.0
+    memory_output_init: str = "random"
+    memory_ln_gain_init: float = 1.0
+    memory_value_scale: float | None = None
     memory_backend: str = "auto"
     gate_rank: int = 16
     eta_max: float = 1.0
@@ -233,6 +244,17 @@ class AtlasConfig(PreTrainedConfig):
             )
         if self.memory_init not in MEMORY_INIT:
             raise AtlasConfigError(f"memory_init: expected one of {', '.join(MEMORY_INIT)}, got {self.memory_init!r}")
+        if self.memory_output_init not in MEMORY_OUTPUT_INIT:
+            raise AtlasConfigError(
+                f"memory_output_init: expected one of {', '.join(MEMORY_OUTPUT_INIT)}, got {self.memory_output_init!r}"
+            )
+        for name in ("memory_ln_gain_init", "memory_value_scale"):
+            value = getattr(self, name)
+            if value is None and name == "memory_value_scale":
+                continue
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (numeric and math.isfinite(value) and value > 0):
+                raise AtlasConfigError(f"{name}: expected a positive float, got {value!r}")
 
         if not self.uses_memory:
             self.memory = None
@@ -247,6 +269,10 @@ class AtlasConfig(PreTrainedConfig):
             raise AtlasConfigError(
                 f"memory_init: 'zero' is defined for linear memories only (memory={memory.memory!r} would never "
                 "leave W_0 = 0: its gradients vanish there)"
+            )
+        if self.memory_output_init == "zero" and memory.memory == "linear":
+            raise AtlasConfigError(
+                "memory_output_init: 'zero' is for MLP memories (a linear memory's W_0 is one layer: use memory_init)"
             )
         if memory.feature_map == "exp" and self.memory_init == "zero":
             raise AtlasConfigError("memory_init: 'zero' is not defined for feature_map='exp' (use exp_init_keys=0)")

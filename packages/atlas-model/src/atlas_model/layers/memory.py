@@ -52,8 +52,15 @@ class MemoryLayer(nn.Module):
             initial["gamma"] = config.gamma_init
         self.gates = LowRankGates(d, config.gate_rank, self.num_heads, initial)
         self.memory = MemoryParameters(
-            self.mem_cfg, self.num_heads, self.head_dim, config.memory_init, config.memory_init_scale
+            self.mem_cfg,
+            self.num_heads,
+            self.head_dim,
+            config.memory_init,
+            config.memory_init_scale,
+            config.memory_output_init,
+            config.memory_ln_gain_init,
         )
+        self.value_scale = config.memory_value_scale
         self.o_norm = nn.RMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.g_proj = nn.Linear(d, width, bias=False) if config.use_output_gate else None
         self.o_proj = nn.Linear(width, d, bias=False)
@@ -86,6 +93,8 @@ class MemoryLayer(nn.Module):
                     store[f"conv_{name}"] = conv_state
             out.append(z.view(B, T, self.num_heads, self.head_dim))
         q, k, v = out
+        if self.value_scale is not None:
+            v = self.value_scale * F.normalize(v, dim=-1)
         return F.normalize(q, dim=-1), F.normalize(k, dim=-1), v
 
     def gate_values(self, x: torch.Tensor, valid: torch.Tensor | None) -> dict[str, torch.Tensor]:

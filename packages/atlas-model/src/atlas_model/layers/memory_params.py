@@ -26,11 +26,22 @@ def _inverse_softplus(a: torch.Tensor) -> torch.Tensor:
 class MemoryParameters(nn.Module):
     """Holds the op's parameters as nn.Parameters; `forward()` returns the dict `memory_chunk` expects."""
 
-    def __init__(self, cfg: MemoryConfig, num_heads: int, head_dim: int, mode: str, init_scale: float) -> None:
-        """mode: "shared" | "per_head" | "zero" (AtlasConfig.memory_init)."""
+    def __init__(
+        self,
+        cfg: MemoryConfig,
+        num_heads: int,
+        head_dim: int,
+        mode: str,
+        init_scale: float,
+        output_init: str = "random",
+        ln_gain: float = 1.0,
+    ) -> None:
+        """mode: "shared" | "per_head" | "zero" (AtlasConfig.memory_init); output_init "random" | "zero" (the MLP
+        memory's output layer W1 at 0) and ln_gain (the memory LayerNorm's initial weight) as in AtlasConfig."""
         super().__init__()
         self.cfg, self.num_heads, self.head_dim = cfg, num_heads, head_dim
         self.mode, self.init_scale = mode, init_scale
+        self.output_init, self.ln_gain = output_init, ln_gain
         # Registered directly on this module (not in a ParameterDict) so that `PreTrainedModel` finds them as
         # this module's own parameters when it decides whether the module still needs initialising.
         self.names: list[str] = []
@@ -67,6 +78,10 @@ class MemoryParameters(nn.Module):
             value = value[: param.shape[0]]
             if name == "feature_coeffs":
                 value = _inverse_softplus(value.double()).float()
+            elif name == "ln_weight":
+                value = value * self.ln_gain
+            elif name == "W1" and self.output_init == "zero":
+                value = torch.zeros_like(value)
             init.copy_(param, value.to(param.dtype))
 
     def forward(self, like: torch.Tensor) -> dict[str, torch.Tensor]:
