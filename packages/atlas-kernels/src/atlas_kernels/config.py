@@ -9,6 +9,7 @@ The op is the Miras/ATLAS family in one parametrisation (DESIGN.md section 2):
         g = LayerNorm (affine weights are outer-loop parameters) when `memory_norm`, else identity.
     bias    l2: 1/2 ||f - v||^2     dot: -<f, v>
     window  L_t(W) = sum_{i=t-c+1..t} gamma_i l(f(k_i; W), v_i)     (c = "global": all i <= t)
+        gamma="window" (Eqs. 8-9): L_t(W) = sum_{j=0..c-1} gamma_j^(t) l(f(k_{t-j}; W), v_{t-j}), c gates per step
     update  gd:       W_t = alpha_t W_{t-1} - eta_t grad L_t(W_{t-1})
             momentum: S_t = theta_t S_{t-1} + eta_t grad L_t(W_{t-1});  W_t = alpha_t W_{t-1} - S_t
             muon:     S_t = theta_t S_{t-1} + grad L_t(W_{t-1});        W_t = alpha_t W_{t-1} - eta_t NS_k(S_t)
@@ -31,6 +32,7 @@ OptimizerKind = Literal["gd", "momentum", "muon"]
 FeatureKind = Literal["identity", "poly", "exp"]
 ActivationKind = Literal["gelu", "silu"]
 DecayTarget = Literal["zero", "init"]
+GammaKind = Literal["token", "window"]
 
 MEMORY_KINDS = ("linear", "mlp", "gated_mlp")
 BIAS_KINDS = ("l2", "dot")
@@ -38,6 +40,7 @@ OPTIMIZER_KINDS = ("gd", "momentum", "muon")
 FEATURE_KINDS = ("identity", "poly", "exp")
 ACTIVATIONS = ("gelu", "silu")
 DECAY_TARGETS = ("zero", "init")
+GAMMA_KINDS = ("token", "window")
 
 # Muon's quintic Newton-Schulz coefficients (Keller Jordan); they do not converge to exactly 1,
 # singular values of the result land in roughly [0.68, 1.13] (tested band: see newton_schulz).
@@ -62,6 +65,13 @@ class MemoryConfig:
             ignored for linear memory, which has no branch.
         bias: attentional bias, "l2" (Omega / delta rule) | "dot" (Hebbian).
         window: Omega window c >= 1 (1 = online rule), or "global" (every past token stays in the objective).
+        gamma: how the window gates are given. "token" (default): one gate gamma_i per token, gates["gamma"]
+            [B, T, H]; step t weights window position i by gamma_i (the separable form gamma_i^(t) = gamma_i of
+            Eqs. 8-9, the eta_t factor being the step's learning rate). "window": the general form of Eqs. 8-9,
+            every token t carries c gates, gates["gamma"] [B, T, H, c], entry j (j = 0..c-1) weighting the
+            window position t - j of step t's objective (j = 0: token t itself, j = c - 1: the oldest).
+            Positions before the sequence start are absent whatever their gate. "token" is the special case
+            gates_window[t, j] = gamma_{t-j}. Not defined for window="global" (no fixed width c).
         optimizer: inner optimizer, "gd" | "momentum" | "muon".
         ns_steps: Newton-Schulz steps k of Muon (paper: 5).
         ns_coeffs: quintic Newton-Schulz coefficients (a, b, c).
@@ -103,6 +113,7 @@ class MemoryConfig:
     residual: bool = True
     bias: BiasKind = "l2"
     window: int | Literal["global"] = 1
+    gamma: GammaKind = "token"
     optimizer: OptimizerKind = "gd"
     ns_steps: int = 5
     ns_coeffs: tuple[float, float, float] = DEFAULT_NS_COEFFS
@@ -125,6 +136,7 @@ class MemoryConfig:
         _check_choice("feature_map", self.feature_map, FEATURE_KINDS)
         _check_choice("activation", self.activation, ACTIVATIONS)
         _check_choice("decay_target", self.decay_target, DECAY_TARGETS)
+        _check_choice("gamma", self.gamma, GAMMA_KINDS)
         _check_int("expansion", self.expansion, 1)
         _check_int("ns_steps", self.ns_steps, 0)
         _check_int("poly_degree", self.poly_degree, 1)
@@ -199,6 +211,11 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 
 # (predicate, message) pairs for combinations the op does not define.
 _INVALID = (
+    (
+        lambda c: c.gamma == "window" and c.window == "global",
+        "gamma: 'window' (c gates per step) needs a finite window c; window='global' has no fixed width, "
+        "use gamma='token'",
+    ),
     (
         lambda c: c.optimizer == "muon" and c.feature_map == "exp",
         "optimizer: muon cannot act on the infinite-dimensional first-layer weight of feature_map=exp "

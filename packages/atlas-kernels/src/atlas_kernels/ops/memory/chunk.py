@@ -3,7 +3,8 @@
 Per chunk of L <= b tokens, with start state (W_0, S_0, halo):
 1. forward the memory at W_0 over the window tokens (halo + chunk) and write every inner gradient in closed
    form as outer products u_w = e_w z_w^T per layer (e: backpropagated signal, z: layer input);
-2. build the coefficients C[j, w] (banded window x gamma gates, decay and momentum cumulative products);
+2. build the coefficients C[j, w] (banded window x gamma gates, or with gamma="window" the general matrix of
+   each token's c gates; decay and momentum cumulative products);
 3. retrieve every y_j = f(q_j; W_j) without per-token weights through the dual form
    W_j x = A_j W_0 x - P_j S_0 x - sum_w C[j, w] e_w (z_w . x), layer by layer (gd, momentum);
    Muon materialises S_j and NS_k(S_j) for the L tokens of this chunk only (memory O(L |W|) per head);
@@ -199,16 +200,18 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
     L, h = kc.shape[2], state.halo_k.shape[2]
     wk = torch.cat([state.halo_k, kc], dim=2)
     wv = torch.cat([state.halo_v, vc], dim=2)
-    wg = torch.cat([state.halo_gamma, xc.gamma], dim=2)
+    per_step = cfg.gamma == "window"
+    # gamma="window": the window row holds presence (padding 0), the c gates stay with the step that uses them
+    wg = torch.cat([state.halo_gamma, torch.ones_like(kc[..., 0]) if per_step else xc.gamma], dim=2)
     exp = cfg.feature_map == "exp"
     fk = None if exp else explicit_features(wk, params, cfg, allow_triton=True)
     fq = None if exp else explicit_features(qc, params, cfg, allow_triton=True)
 
-    G = window_gates(wg, L, h, cfg)
+    G = window_gates(wg, L, h, cfg, steps=xc.gamma if per_step else None)
     d = chunk_decays(alpha, theta, cfg)
     target = _decay_target(params, cfg)
     if cfg.exact_delta:
-        beta = eta * xc.gamma
+        beta = eta * (xc.gamma[..., 0] if per_step else xc.gamma)  # c = 1: the token's own gate
         kernel = lambda s: _kernel(s, params, cfg)  # noqa: E731
         W_init = None if target is None else target["W"]
         y, W = delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk[:, :, h:], kernel, state, cfg, target=W_init)

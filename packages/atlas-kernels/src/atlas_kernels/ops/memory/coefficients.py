@@ -2,7 +2,8 @@
 
 Chunk tokens are j, n, m = 0..L-1; window tokens are w = 0..h+L-1, the first h being the halo carried from
 the previous chunk (so chunk token n sits at w = h + n). Token n's objective covers the window tokens
-w in [h + n - (c - 1), h + n] (all w <= h + n for the global window). All matrices are batched [B, H, ...].
+w in [h + n - (c - 1), h + n] (all w <= h + n for the global window), window token w at offset h + n - w from
+n. All matrices are batched [B, H, ...].
 """
 
 from __future__ import annotations
@@ -14,14 +15,26 @@ import torch
 from atlas_kernels.config import MemoryConfig
 
 
-def window_gates(gamma_w: torch.Tensor, L: int, h: int, cfg: MemoryConfig) -> torch.Tensor:
-    """G[n, w] = gamma_w if w is in token n's window else 0 -> [B, H, L, h + L]."""
+def window_gates(
+    gamma_w: torch.Tensor, L: int, h: int, cfg: MemoryConfig, steps: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The window x gamma coefficients G [B, H, L, h + L] of one chunk.
+
+    gamma="token" (steps None): G[n, w] = gamma_w if w is in token n's window else 0, a band times diag(gamma).
+    gamma="window": gamma_w is the presence of each window token (0 for padding before the sequence start) and
+    steps [B, H, L, c] the chunk tokens' own gates; G[n, w] = steps[n, h + n - w] gamma_w inside the band, a
+    general L x (h + L) matrix that no longer factors into band x diagonal.
+    """
     n = torch.arange(L, device=gamma_w.device)[:, None]
     w = torch.arange(h + L, device=gamma_w.device)[None, :]
     inside = w <= h + n
     if not cfg.is_global:
         inside = inside & (w >= h + n - (cfg.window - 1))
-    return gamma_w[:, :, None, :] * inside.to(gamma_w.dtype)
+    G = gamma_w[:, :, None, :] * inside.to(gamma_w.dtype)
+    if steps is None:
+        return G
+    offset = (h + n - w).clamp(0, steps.shape[-1] - 1)  # outside the band the product with `inside` is 0
+    return G * steps.gather(-1, offset.expand(*steps.shape[:2], L, h + L))
 
 
 def _log_cumprod(g: torch.Tensor, eps: float) -> torch.Tensor:

@@ -19,7 +19,8 @@ GATE_DEFAULTS = {"alpha": 1.0, "theta": 0.0, "gamma": 1.0}
 
 @dataclass
 class OpInputs:
-    """Validated, heads-first inputs. Shapes: q, k [B, H, T, Dk]; v [B, H, T, Dv]; gates [B, H, T]."""
+    """Validated, heads-first inputs. Shapes: q, k [B, H, T, Dk]; v [B, H, T, Dv]; gates [B, H, T]
+    (gamma [B, H, T, c] with cfg.gamma="window": entry j weights window position t - j)."""
 
     q: torch.Tensor
     k: torch.Tensor
@@ -80,12 +81,15 @@ def prepare_inputs(
     out = {}
     for name in GATE_NAMES:
         g = gates.get(name)
+        trail = gate_trailing_shape(name, cfg)
         if g is None:
-            out[name] = torch.full((B, H, T), GATE_DEFAULTS[name], dtype=gate_dtype, device=k.device)
+            out[name] = torch.full((B, H, T, *trail), GATE_DEFAULTS[name], dtype=gate_dtype, device=k.device)
             continue
-        if not isinstance(g, torch.Tensor) or tuple(g.shape) != (B, T, H):
+        if not isinstance(g, torch.Tensor) or tuple(g.shape) != (B, T, H, *trail):
             shape = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
-            raise ValueError(f"gates['{name}']: expected shape [B, T, H] = {(B, T, H)}, got {shape}")
+            layout = "[B, T, H, c]" if trail else "[B, T, H]"
+            mode = f" (cfg.gamma='window', c = {cfg.window})" if trail else ""
+            raise ValueError(f"gates['{name}']: expected shape {layout} = {(B, T, H, *trail)}{mode}, got {shape}")
         if g.device != k.device:
             raise ValueError(f"gates['{name}']: device {g.device} differs from k's {k.device}")
         # On CUDA the check would force a host sync per call (and per decoded token): CPU tensors only.
@@ -94,6 +98,11 @@ def prepare_inputs(
         out[name] = g.to(gate_dtype).transpose(1, 2)
     check_params(params, cfg, H, Dk, Dv, k)
     return OpInputs(q=q.transpose(1, 2), k=k.transpose(1, 2), v=v.transpose(1, 2), **out)
+
+
+def gate_trailing_shape(name: str, cfg: MemoryConfig) -> tuple[int, ...]:
+    """Dims of a gate after [B, T, H]: (c,) for gamma under cfg.gamma="window", else ()."""
+    return (cfg.window,) if name == "gamma" and cfg.gamma == "window" else ()
 
 
 def expected_param_shapes(cfg: MemoryConfig, H: int, Dk: int, Dv: int, hidden: int) -> dict[str, tuple[int, ...]]:

@@ -1,7 +1,8 @@
 """The token-by-token recurrence of the memory op: the oracle every fast path is tested against.
 
 It follows DESIGN.md section 2 literally: at every token t the window objective
-L_t(W) = sum_{i=t-c+1..t} gamma_i l(f(phi(k_i); W), v_i) is differentiated with autograd at the base
+L_t(W) = sum_{i=t-c+1..t} gamma_i l(f(phi(k_i); W), v_i) (gamma="window": gamma_{t-i}^(t), token t's own
+gate of offset t - i) is differentiated with autograd at the base
 weights, the optimizer updates the weights, and y_t = f(phi(q_t); W_t) is read after the update.
 `create_graph=True` keeps the whole recurrence differentiable, so outer-loop gradients reach q, k, v,
 every gate, the feature coefficients, the LayerNorm and the initial weights. It is slow by design.
@@ -65,20 +66,23 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
     # token and input (O(T^2)); the backward of split / unbind concatenates once.
     qs, ks, vs, gammas = (t.split(1, dim=2) for t in (x.q, x.k, x.v, x.gamma))
     alphas, etas, thetas = (g.unbind(2) for g in (x.alpha, x.eta, x.theta))
+    per_step = cfg.gamma == "window"
     with torch.enable_grad():
         for t in range(T):
             alpha = alphas[t][:, :, None, None]
             win_k = torch.cat([win_k, ks[t]], dim=2)
             win_v = torch.cat([win_v, vs[t]], dim=2)
-            win_g = torch.cat([win_g, gammas[t]], dim=2)
+            # gamma="window": the window holds each token's presence; the step's own c gates weight it
+            win_g = torch.cat([win_g, torch.ones_like(ks[t][..., 0]) if per_step else gammas[t]], dim=2)
+            weight = _step_weights(win_g, gammas[t]) if per_step else win_g
             if t % chunk_size == 0:
                 base, decay_prod = W, 1.0
                 chunk_start = MemoryState(W, S, win_k[:, :, :-1], win_v[:, :, :-1], win_g[:, :, :-1])
             if cfg.decay_first:
                 decay_prod = decay_prod * alpha
-                grads = _window_grads(win_k, win_v, win_g, decay(decay_prod, base), params, cfg)
+                grads = _window_grads(win_k, win_v, weight, decay(decay_prod, base), params, cfg)
             else:
-                grads = _window_grads(win_k, win_v, win_g, base, params, cfg)
+                grads = _window_grads(win_k, win_v, weight, base, params, cfg)
             eta = etas[t][:, :, None, None]
             kept = decay(alpha, W)
             if cfg.optimizer == "gd":
@@ -109,6 +113,13 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
         chunk_start.explicit_exp = final.explicit_exp
         final.resume, final.pending = chunk_start, pending_inputs(x, T - T % chunk_size)
     return o[:, :, n_pending:].transpose(1, 2), final
+
+
+def _step_weights(presence: torch.Tensor, gamma_t: torch.Tensor) -> torch.Tensor:
+    """Weights of the window tokens (oldest first, [B, H, n]) from step t's gates [B, H, 1, c] (offset j = 0 is t)."""
+    n = presence.shape[2]
+    by_position = gamma_t[:, :, 0].flip(-1)  # oldest first: offsets c-1, ..., 0
+    return presence * by_position[..., by_position.shape[-1] - n :]
 
 
 def _window_grads(win_k, win_v, win_g, weights, params, cfg):

@@ -23,14 +23,18 @@ class MemoryState:
         halo_k, halo_v, halo_gamma: the last c-1 keys [B, H, c-1, Dk], values [B, H, c-1, Dv] and window gates
             [B, H, c-1] (oldest first). Their gradients are re-evaluated at the next chunk's start weights.
             Padding at the start of a sequence has gamma = 0. With window="global" they hold every past token.
+            With cfg.gamma="window" the gates live with the step that uses them (each token's c-vector), so
+            halo_gamma is instead the presence of each halo token: 1 for a token of the sequence, 0 for the
+            padding before its start (the only thing later steps need besides k and v).
         kernel_keys: [B, H, N, Dk] keys of the dual-form weights (exp features only): the P learned initial
             keys followed by every token seen so far.
         explicit_exp: True when exp-feature weights are explicit Taylor matrices (naive oracle state).
         resume, pending: when the sequence so far ends inside a chunk (chunked semantics, b > 1), the state at
             that chunk's start and the chunk's tokens so far (public layout: k [B, n, H, Dk], v, and the four
-            gates [B, n, H]). The next call re-runs those n < b tokens from `resume`, so chunk boundaries are
-            absolute positions and any split into segments (or token-by-token decoding) gives the same result
-            as one call. The other fields are the state after the last token.
+            gates [B, n, H]; gamma [B, n, H, c] under gamma="window"). The next call re-runs those n < b tokens
+            from `resume`, so chunk boundaries are absolute positions and any split into segments (or
+            token-by-token decoding) gives the same result as one call. The other fields are the state after
+            the last token.
     """
 
     weights: dict[str, torch.Tensor]
@@ -91,8 +95,8 @@ def resume_inputs(q, k, v, gates, state: MemoryState | None):
     new_gates = {}
     for name in GATE_NAMES:
         g = gates.get(name) if isinstance(gates, dict) else None
-        if g is None and name in GATE_DEFAULTS:
-            g = k.new_full(k.shape[:3], GATE_DEFAULTS[name])
+        if g is None and name in GATE_DEFAULTS:  # a window-gamma default takes the pending gates' c
+            g = k.new_full((*k.shape[:3], *p[name].shape[3:]), GATE_DEFAULTS[name])
         if g is not None:  # a missing required gate is reported by prepare_inputs
             dtype = torch.promote_types(p[name].dtype, g.dtype)  # gates keep float32 under bf16 inputs
             new_gates[name] = torch.cat([p[name].to(dtype), g.to(dtype)], dim=1)

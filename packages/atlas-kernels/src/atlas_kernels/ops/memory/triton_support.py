@@ -28,6 +28,8 @@ def common_unsupported(
         return "decay_target", f"decay_target={cfg.decay_target!r} ({op} decays toward 0 only)"
     if cfg.is_global:
         return "window", f"window='global' ({op} implements a finite window c)"
+    if cfg.gamma != "token":
+        return "gamma", f"gamma={cfg.gamma!r} ({op} implements one window gate per token, gamma='token')"
     if cfg.window - 1 > MAX_HALO:
         return "window", f"window={cfg.window} ({op} supports c - 1 <= {MAX_HALO})"
     if cfg.chunk_size > MAX_CHUNK:
