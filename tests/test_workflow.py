@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -9,8 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow" / "lib"))
+import ablation_tables  # noqa: E402  (the workflow's own module, not a package)
+
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
@@ -58,10 +63,10 @@ def test_cluster_profile_dry_runs_with_slurm_and_the_paper_config(tmp_path):
     assert "config/paper.yaml" in res.stdout + res.stderr
     assert "--tracking-uri http://10.0.0.5:5000" in res.stdout  # the shared server reaches every job
     assert "OMP_NUM_THREADS=4 torchrun --standalone --nproc_per_node=8" in res.stdout  # 32 CPUs over 8 ranks
-    assert _jobs(res.stdout)["train"] == 13 + 2 + 3 + 5 + 4  # models + the four ablation tables
+    assert _jobs(res.stdout)["train"] == 13 + 3 + 4 + 6 + 4  # models + the four ablation tables
 
 
-@pytest.mark.parametrize("axis,cells", [("window", 5), ("gated_mlp", 2), ("poly_degree", 3), ("optimizer", 4)])
+@pytest.mark.parametrize("axis,cells", [("window", 6), ("gated_mlp", 3), ("poly_degree", 4), ("optimizer", 4)])
 def test_each_ablation_has_its_own_target(axis, cells, tmp_path):
     res = _snakemake("-n", f"ablation_{axis}", results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -75,3 +80,84 @@ def test_ablation_cells_resolve_to_memory_overrides(tmp_path):
     res = _snakemake("-n", "-p", "ablation_optimizer", results=tmp_path)
     assert '"expansion": 2, "ns_steps": 3, "optimizer": "muon"}' in res.stdout  # base overrides + cell
     assert '"experiment": "ablation_optimizer"' in res.stdout
+
+
+def _train_configs(out: str) -> dict[str, dict]:
+    """run name -> the TrainConfig a dry run's `train` job would write (the JSON after printf)."""
+    configs = {}
+    for quoted in re.findall(r"printf '%s' '(\{.*?\})' >", out):
+        cfg = json.loads(quoted)
+        configs[cfg["tracking"]["run_name"]] = cfg
+    return configs
+
+
+@pytest.mark.parametrize(
+    "axis,run,overrides",
+    [
+        ("poly_degree", "feature_map~identity", {"memory": {"feature_map": "identity"}}),
+        ("gated_mlp", "memory~linear", {"memory": {"memory": "linear"}}),
+        ("window", "window~4__use_gamma_gate~false", {"memory": {"window": 4}, "use_gamma_gate": False}),
+    ],
+    ids=["w/o polynomial map", "linear memory", "c=4 w/o gamma"],
+)
+def test_new_ablation_cells_are_jobs_with_their_overrides(axis, run, overrides, tmp_path):
+    res = _snakemake("-n", "-p", f"ablation_{axis}", results=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    model = _train_configs(res.stdout)[run]["model"]
+    assert model["preset"] == "atlas"
+    for key, value in overrides.items():  # merged into the base overrides (num_memory_heads, expansion ...)
+        assert model["overrides"][key] == ({**model["overrides"][key], **value} if key == "memory" else value)
+    assert model["overrides"]["num_memory_heads"] == 8 and model["overrides"]["memory"]["expansion"] == 2
+
+
+def test_a_bad_override_key_fails_the_dag_build_naming_file_row_and_key(tmp_path):
+    table = tmp_path / "window.tsv"
+    table.write_text("window\tuse_gama_gate\n1\t\n4\tfalse\n")
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    cfg["ablations"]["tables"]["window"] = str(table)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    res = _snakemake("-n", "--configfile", str(tmp_path / "config.yaml"), results=tmp_path)
+    assert res.returncode != 0
+    assert f"{table}, row 2 (line 3): key 'use_gama_gate' is not a model setting" in res.stdout + res.stderr
+
+
+def test_ablation_table_rows_become_cells(tmp_path):
+    fields = ablation_tables.ModelFields.from_repo(ROOT)
+    table = tmp_path / "t.tsv"
+    table.write_text("window\teta_max\n1\t\n2\t0.5\nglobal\t\n")
+    assert ablation_tables.read_table(table, fields) == {
+        "window~1": {"memory": {"window": 1}},
+        "window~2__eta_max~0.5": {"memory": {"window": 2}, "eta_max": 0.5},
+        "window~global": {"memory": {"window": "global"}},
+    }
+    for text, message in [
+        ("window\n1\n1\n", "row 2 (line 3): the same cell as line 2"),
+        ("window\tvocab_size\n1\t8\n", "row 1 (line 2): key 'vocab_size' is not a model setting"),
+        ("window\tpreset\n1\t\n", "header (line 1): key 'preset'"),
+        ("window\n1 2\n", "row 1 (line 2): key 'window': value '1 2'"),
+    ]:
+        table.write_text(text)
+        with pytest.raises(ablation_tables.AblationTableError, match=re.escape(message)):
+            ablation_tables.read_table(table, fields)
+
+
+def test_the_model_fields_read_from_source_are_the_real_ones():
+    """The workflow reads the settings from the sources (importing atlas_model costs seconds per DAG build)."""
+    from dataclasses import fields
+
+    from atlas_kernels import MemoryConfig
+    from atlas_model import AtlasConfig
+
+    read = ablation_tables.ModelFields.from_repo(ROOT)
+    assert read.memory == {f.name for f in fields(MemoryConfig)}
+    own = set(AtlasConfig.__annotations__)
+    assert read.model == own - ablation_tables.RESERVED
+
+
+def test_the_report_lists_the_current_ablation_cells(tmp_path):
+    res = _snakemake("-n", "-p", "report", results=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    cells = json.loads(re.search(r"--ablation-cells '(\{.*?\})'", res.stdout)[1])
+    assert cells["window"] == ["window~1", "window~2", "window~4", "window~4__use_gamma_gate~false", "window~8",
+                               "window~16"]  # fmt: skip
+    assert "feature_map~identity" in cells["poly_degree"] and "memory~linear" in cells["gated_mlp"]

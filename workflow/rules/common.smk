@@ -1,18 +1,18 @@
-# Shared helpers: paths, the `atlas` command, run configs, ablation Paramspaces.
+# Shared helpers: paths, the `atlas` command, run configs, ablation cells.
 import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
-import pandas as pd
-from snakemake.utils import Paramspace
-
 RESULTS = config["results"]
 # Inputs the repository ships (data configs, ablation tables) resolve against its root; outputs against the
 # working directory (`snakemake --directory .test` keeps everything it writes under .test/).
 ROOT = Path(workflow.current_basedir).resolve().parents[1]  # this file is workflow/rules/common.smk
 RESULTS_ABS = Path(RESULTS).resolve()
+
+sys.path.insert(0, str(ROOT / "workflow" / "lib"))
+from ablation_tables import ModelFields, read_table
 
 
 def atlas_cli():
@@ -40,16 +40,12 @@ def deep_merge(base, over):
     return out
 
 
-# ---- ablations: one Paramspace per axis, each cell a memory-settings override of the base preset
+# ---- ablations: per axis, run name -> the AtlasConfig overrides of one cell (workflow/lib/ablation_tables.py);
+# a key that is no model setting fails here, at DAG build, naming the table, the row and the key
+MODEL_FIELDS = ModelFields.from_repo(ROOT)
 ABLATIONS = {
-    axis: Paramspace(pd.read_csv(ROOT / path, sep="\t"), filename_params="*", filename_sep="__")
-    for axis, path in config["ablations"]["tables"].items()
+    axis: read_table(ROOT / path, MODEL_FIELDS, shown=path) for axis, path in config["ablations"]["tables"].items()
 }
-
-
-def _plain(value):
-    """pandas scalars -> JSON-native values (numpy ints/floats/bools)."""
-    return value.item() if hasattr(value, "item") else value
 
 
 def run_spec(study, run):
@@ -58,14 +54,8 @@ def run_spec(study, run):
         spec = config["models"][run]
         return spec["preset"], dict(spec.get("overrides", {}))
     axis = study.removeprefix("ablation_")
-    cell = {k: _plain(v) for k, v in ABLATIONS[axis].instance(_wildcards_of(run)).items()}
     base = config["ablations"]["base"]
-    return base["preset"], deep_merge(base.get("overrides", {}), {"memory": cell})
-
-
-def _wildcards_of(run):
-    """'optimizer~muon__ns_steps~3' -> {'optimizer': 'muon', 'ns_steps': '3'} (the Paramspace file pattern)."""
-    return dict(part.split("~", 1) for part in run.split("__"))
+    return base["preset"], deep_merge(base.get("overrides", {}), ABLATIONS[axis][run])
 
 
 def train_config(study, run):
@@ -117,7 +107,7 @@ def pretrain_targets():
 
 
 def ablation_cells(axis):
-    return [final_checkpoint(f"ablation_{axis}", p) for p in ABLATIONS[axis].instance_patterns]
+    return [final_checkpoint(f"ablation_{axis}", run) for run in ABLATIONS[axis]]
 
 
 def ablation_summary(axis):

@@ -1,5 +1,8 @@
 """`atlas report`: tables and figures are a function of the tracked runs."""
 
+import json
+import re
+
 from atlas_experiments import tracking
 from atlas_experiments.cli import main
 from atlas_experiments.tracking import MlflowTracker
@@ -72,3 +75,43 @@ def test_report_tables_and_figures(tmp_path):
     first = pretrain
     assert main(["report", "--tracking-uri", uri, "--out", str(out)]) == 0
     assert (out / "pretrain.md").read_text() == first  # a pure function of the runs
+
+
+def test_ablation_rows_follow_the_current_tables_in_numeric_order(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cells = {
+        "window": ["window~1", "window~16", "window~2", "window~4__use_gamma_gate~false", "window~4", "window~3"],
+        "poly_degree": ["poly_degree~1", "poly_degree~2", "feature_map~identity"],
+        "gated_mlp": ["memory~mlp", "memory~gated_mlp", "memory~linear"],
+    }
+    tracked = [(axis, name) for axis, names in cells.items() for name in names if name != "window~3"]
+    tracked.append(("window", "window~8"))  # a row since deleted from the table
+    for i, (axis, name) in enumerate(tracked):
+        _run(uri, f"ablation_{axis}", name, {}, [(1, {"loss": 4.0, "val_loss": 3.0 + i / 100})])
+    current = json.dumps(cells)
+    out = tmp_path / "reports"
+    assert main(["report", "--tracking-uri", uri, "--out", str(out), "--ablation-cells", current]) == 0
+    ablations = (out / "ablations.md").read_text()
+
+    window = ablations.split("## window")[1]
+    shown = re.findall(r"^\| (window=[^|]+?) \|", window, re.M)
+    assert shown == ["window=1", "window=2", "window=3", "window=4", "window=4, use_gamma_gate=false", "window=16"]
+    assert "| window=3 | – | – | – | – |" in window  # in the table, not run yet
+    assert "window=8" not in ablations  # deleted from the table: gone from the report
+
+    poly = ablations.split("## poly_degree")[1].split("\n## ")[0]
+    assert "| feature_map=identity | 3.0" in poly and "| w/o polynomial map | 22.14 | 50.57 |" in poly
+    assert re.search(r"^\| poly_degree=1 \|.*\| – \| – \| – \|$", poly, re.M)  # degree 1 is not the paper's row
+    gated = ablations.split("## gated_mlp")[1].split("\n## ")[0]
+    assert re.search(r"^\| memory=linear \|.*\| linear memory \| 21.03 \| 49.74 \|$", gated, re.M)
+    assert "(0 pretraining, 11 ablation cells, 0 evaluations)" in (out / "README.md").read_text()
+
+    assert main(["report", "--tracking-uri", uri, "--out", str(out)]) == 0  # no tables named: every tracked cell
+    assert "window=8" in (out / "ablations.md").read_text()
+
+
+def test_bad_ablation_cells_option_is_an_error(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ["report", "--tracking-uri", uri, "--out", str(tmp_path / "r"), "--ablation-cells", '{"window": "x"}']
+    assert main(args) != 0
+    assert "--ablation-cells: expected" in capsys.readouterr().err

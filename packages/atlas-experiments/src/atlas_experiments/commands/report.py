@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 
@@ -14,6 +15,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--results", default="results/embedded", help="results root of the default SQLite database")
     p.add_argument("--title", default="ATLAS reproduction")
+    p.add_argument(
+        "--ablation-cells",
+        help="JSON {axis: [run names]} of the current ablation tables: only these rows are reported (the workflow "
+        "passes it, so a deleted row disappears); default: every tracked cell",
+    )
     p.set_defaults(handler=run)
 
 
@@ -22,6 +28,21 @@ def run(args: argparse.Namespace) -> int:
     from atlas_experiments.reporting.build import build_reports
 
     uri = tracking.resolve_uri(args.tracking_uri, Path(args.results))
-    for path in build_reports(uri, args.out, args.title):
+    cells = _cells(args.ablation_cells) if args.ablation_cells else None
+    for path in build_reports(uri, args.out, args.title, cells):
         print(path)
     return 0
+
+
+def _cells(text: str) -> dict[str, list[str]]:
+    from atlas_experiments.schema import ConfigError
+
+    try:
+        cells = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--ablation-cells: not JSON ({exc})") from exc
+    if not isinstance(cells, dict) or not all(
+        isinstance(v, list) and all(isinstance(n, str) for n in v) for v in cells.values()
+    ):
+        raise ConfigError('--ablation-cells: expected {"axis": ["run name", ...]}')
+    return cells

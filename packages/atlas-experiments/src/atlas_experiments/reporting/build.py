@@ -3,8 +3,8 @@
 `build_reports(uri, out)` reads MLflow (through `atlas_experiments.tracking`) and writes:
 - `pretrain.md`: every pretraining run (final train / validation loss and perplexity, evaluation metrics when
   present) beside the paper's Table 2 (760M) row of the same model; `figures/pretrain_loss.png`.
-- `ablations.md`: one table per ablation axis (validation loss per cell) beside the Table 6 row it speaks to;
-  `figures/ablation_<axis>.png`.
+- `ablations.md`: one table per ablation axis (validation loss per cell, the rows of the current tables when the
+  workflow names them) beside the Table 6 row it speaks to; `figures/ablation_<axis>.png` (`ablations.py`).
 - `evaluations.md`: every `atlas eval` result grouped by task, with its protocol deviations; S-NIAH and MAD beside
   Tables 3 and 4.
 - `README.md`: an index, the scale of our runs vs the paper's, and when the report was built.
@@ -13,8 +13,6 @@ Each file is written atomically; the same runs give the same tables.
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,8 @@ from atlas_experiments import tracking
 from atlas_experiments._io import write_text_atomic as _write
 from atlas_experiments.reporting import eval_tables, figures
 from atlas_experiments.reporting import paper_tables as paper
+from atlas_experiments.reporting.ablations import ablation_report, current_cells
+from atlas_experiments.reporting.markdown import ppl as _ppl
 from atlas_experiments.reporting.markdown import table as _table
 
 
@@ -32,15 +32,6 @@ def _latest_per_name(runs: list[dict]) -> list[dict]:
     for run in sorted(runs, key=lambda r: (r["status"] == "FINISHED", r["start_time"] or 0)):
         best[(run["experiment"], run["run_name"], run["tags"].get("model", ""))] = run
     return sorted(best.values(), key=lambda r: (r["experiment"], r["run_name"]))
-
-
-def _is_cell(run: dict) -> bool:
-    """An ablation cell (its axis's parent run holds the summary, not a cell)."""
-    return run["experiment"].startswith("ablation_") and run["tags"].get(tracking.ROLE_TAG) != "parent"
-
-
-def _ppl(loss: float | None) -> float | None:
-    return math.exp(loss) if loss is not None and loss < 50 else None
 
 
 def _run_row(run: dict) -> list[Any]:
@@ -79,34 +70,6 @@ def pretrain_report(runs: list[dict], uri: str, fig_dir: Path) -> str:
     return "".join(out)
 
 
-def ablation_report(runs: list[dict], fig_dir: Path) -> str:
-    out = ["# Ablations (Table 6 / Fig. 5)\n"]
-    by_axis = defaultdict(list)
-    for run in runs:
-        if _is_cell(run):
-            by_axis[run["experiment"].removeprefix("ablation_")].append(run)
-    if not by_axis:
-        return out[0] + "\nNo ablation runs are tracked yet.\n"
-    for axis, cells in sorted(by_axis.items()):
-        out.append(f"\n## {axis}\n\n")
-        rows = []
-        for run in cells:
-            cell = dict(part.split("~", 1) for part in run["run_name"].split("__") if "~" in part)
-            row_name = next((paper.ABLATION_ROWS.get(axis, {}).get(v) for v in cell.values()), None)
-            ref = paper.TABLE6_ABLATIONS.get(row_name) if row_name else None
-            m = run["metrics"]
-            rows.append(
-                [", ".join(f"{k}={v}" for k, v in cell.items()), m.get("val_loss"), _ppl(m.get("val_loss")),
-                 m.get("loss"), row_name or "–", ref[0] if ref else None, ref[1] if ref else None]
-            )  # fmt: skip
-        header = ["cell", "val loss", "val ppl", "train loss", "paper row", "paper LM ppl", "paper acc"]
-        out.append(_table(header, rows))
-        bars = [(r[0], r[1]) for r in rows if r[1] is not None]
-        if figures.ablation_bars(axis, bars, fig_dir / f"ablation_{axis}.png"):
-            out.append(f"\n![{axis}](figures/ablation_{axis}.png)\n")
-    return "".join(out)
-
-
 def evaluation_report(runs: list[dict], fig_dir: Path) -> str:
     """The paper's evaluation tables (2, 3, 4; Fig. 7 as a table), ours first and theirs below, plus figures."""
     evals = [r for r in runs if "task" in r["tags"]]
@@ -142,18 +105,21 @@ def _shown(uri: str) -> str:
     return "sqlite:///" + uri[len(prefix) :] if uri.startswith(prefix) else uri
 
 
-def build_reports(uri: str, out_dir: str | Path, title: str = "ATLAS reproduction") -> list[Path]:
+def build_reports(
+    uri: str, out_dir: str | Path, title: str = "ATLAS reproduction", ablation_cells: dict[str, list[str]] | None = None
+) -> list[Path]:
+    """`ablation_cells`: axis -> the run names of its current table (None: every tracked cell)."""
     out = Path(out_dir)
     runs = _latest_per_name(tracking.load_runs(uri))
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)  # declared as an output even when no figure can be drawn yet
     pages = {
         "pretrain.md": pretrain_report(runs, uri, fig_dir),
-        "ablations.md": ablation_report(runs, fig_dir),
+        "ablations.md": ablation_report(runs, fig_dir, ablation_cells),
         "evaluations.md": evaluation_report(runs, fig_dir),
     }
     n_pre = sum(r["experiment"] == "pretrain" for r in runs)
-    n_abl = sum(_is_cell(r) for r in runs)
+    n_abl = sum(not isinstance(c, str) for cells in current_cells(runs, ablation_cells).values() for c in cells)
     n_eval = sum("task" in r["tags"] for r in runs)
     index = [
         f"# {title}\n\n",

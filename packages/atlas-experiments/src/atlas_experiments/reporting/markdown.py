@@ -14,6 +14,11 @@ def fmt(x: Any, digits: int = 4) -> str:
     return str(x)
 
 
+def ppl(loss: float | None) -> float | None:
+    """The perplexity of a mean token loss (None when there is none or it would overflow)."""
+    return math.exp(loss) if loss is not None and loss < 50 else None
+
+
 def table(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]

@@ -62,13 +62,16 @@ TABLE6_ABLATIONS = {
     "w/o polynomial map": (22.14, 50.57),
 }
 
-# Which Table 6 row each of our ablation axes speaks to (cell value -> row).
+# Which Table 6 row a cell of each ablation axis speaks to: (settings the cell must have, row); the first match
+# wins. poly_degree=1 is no row: it keeps the constant feature and a learnable a_1, while the paper's "w/o
+# polynomial map" is phi = identity.
 ABLATION_ROWS = {
-    "gated_mlp": {"mlp": "atlas", "gated_mlp": "gated_mlp (Atlas++)"},
-    "optimizer": {"muon": "atlas", "gd": "w/o muon (OmegaNet)"},
-    "window": {"1": "c = 1"},
-    "poly_degree": {"1": "w/o polynomial map"},
-}
+    "gated_mlp": (({"memory": "mlp"}, "atlas"), ({"memory": "gated_mlp"}, "gated_mlp (Atlas++)"),
+                  ({"memory": "linear"}, "linear memory")),
+    "optimizer": (({"optimizer": "muon"}, "atlas"), ({"optimizer": "gd"}, "w/o muon (OmegaNet)")),
+    "window": (({"window": "1"}, "c = 1"),),
+    "poly_degree": (({"feature_map": "identity"}, "w/o polynomial map"),),
+}  # fmt: skip
 
 NIAH_COLUMNS = ("PK-2K", "PK-4K", "PK-8K", "PK-16K", "N-2K", "N-4K", "N-8K", "N-16K", "W-2K", "W-4K", "W-8K")
 # Table 3: S-NIAH (RULER) accuracy; PK = passkey (niah_single_1), N = number (2), W = uuid/word (3).

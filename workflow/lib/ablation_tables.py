@@ -1,0 +1,119 @@
+"""Ablation tables (config/ablations/*.tsv) -> cells: a run name and the model overrides of every row.
+
+A column names a model setting: a MemoryConfig field (window, poly_degree, memory, ...) goes into the `memory`
+overrides, any other AtlasConfig field (use_gamma_gate, eta_max, ...) is a top-level override; anything else is an
+error that names the table, the row and the key. An empty cell keeps the base's value and stays out of the run
+name, so a new column leaves the run names (and the finished runs) of the existing rows as they were.
+
+Plain Python, no snakemake: the workflow imports it at DAG build and the tests import it directly.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MEMORY_SOURCE = ("packages/atlas-kernels/src/atlas_kernels/config.py", "MemoryConfig")
+MODEL_SOURCE = ("packages/atlas-model/src/atlas_model/config.py", "AtlasConfig")
+# What the workflow itself decides (preset and size from the config, vocabulary from the data): a cell that set
+# them would train something other than its run name says.
+RESERVED = frozenset({"preset", "size", "vocab_size", "memory"})
+_VALUE = re.compile(r"[A-Za-z0-9_.\-]+")  # what the `run` wildcard admits
+
+
+class AblationTableError(ValueError):
+    """An ablation table that cannot become cells; the message names the file, the row and the key."""
+
+
+def class_fields(source: Path, name: str) -> frozenset[str]:
+    """The annotated attributes of class `name` in `source`, read without importing it: importing atlas_model
+    pulls in transformers (~6 s at every DAG build), and the workflow's own environment need not have it."""
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return frozenset(
+                s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            )
+    raise AblationTableError(f"{source}: no class {name} to read the model settings from")
+
+
+@dataclass(frozen=True)
+class ModelFields:
+    memory: frozenset[str]
+    model: frozenset[str]
+
+    @classmethod
+    def from_repo(cls, root: Path) -> ModelFields:
+        return cls(
+            memory=class_fields(root / MEMORY_SOURCE[0], MEMORY_SOURCE[1]),
+            model=class_fields(root / MODEL_SOURCE[0], MODEL_SOURCE[1]) - RESERVED,
+        )
+
+    def section(self, key: str) -> str | None:
+        """'memory' (a MemoryConfig field, which wins the one shared name), 'model', or None (unknown)."""
+        if key in self.memory:
+            return "memory"
+        return "model" if key in self.model else None
+
+
+def typed(text: str) -> Any:
+    """A cell's text as the JSON value the model config expects: bool, int, float, else the string."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_table(path: Path, fields: ModelFields, shown: str | None = None) -> dict[str, dict[str, Any]]:
+    """Run name -> AtlasConfig overrides ({'memory': {...}, top-level fields}) of every row, in table order."""
+    shown = shown or str(path)
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t"))
+    if not rows or not any(h.strip() for h in rows[0]):
+        raise AblationTableError(f"{shown}: no header row")
+    header = [h.strip() for h in rows[0]]
+    first_use: dict[str, int] = {}  # a bad key is reported at the first row that sets it
+    for line, row in enumerate(rows[1:], start=2):
+        for key, text in zip(header, row):
+            if text.strip():
+                first_use.setdefault(key, line)
+    for key in header:
+        if fields.section(key) is None:
+            where = f"row {first_use[key] - 1} (line {first_use[key]})" if key in first_use else "header (line 1)"
+            raise AblationTableError(
+                f"{shown}, {where}: key {key!r} is not a model setting (neither a MemoryConfig nor an AtlasConfig "
+                f"field{'; the workflow sets it' if key in RESERVED else ''})"
+            )
+    cells: dict[str, dict[str, Any]] = {}
+    seen: dict[str, int] = {}
+    for line, row in enumerate(rows[1:], start=2):
+        if not any(c.strip() for c in row):
+            continue  # a blank line
+        where = f"{shown}, row {line - 1} (line {line})"
+        if len(row) > len(header):
+            raise AblationTableError(f"{where}: {len(row)} cells for {len(header)} columns")
+        values = {k: t.strip() for k, t in zip(header, row) if t.strip()}
+        for key, text in values.items():
+            if not _VALUE.fullmatch(text):
+                raise AblationTableError(f"{where}: key {key!r}: value {text!r} has characters a run name cannot hold")
+        name = "__".join(f"{k}~{t}" for k, t in values.items())
+        if name in seen:
+            raise AblationTableError(f"{where}: the same cell as line {seen[name]} ({name})")
+        seen[name] = line
+        overrides: dict[str, Any] = {}
+        for key, text in values.items():
+            if fields.section(key) == "memory":
+                overrides.setdefault("memory", {})[key] = typed(text)
+            else:
+                overrides[key] = typed(text)
+        cells[name] = overrides
+    if not cells:
+        raise AblationTableError(f"{shown}: no rows")
+    return cells
