@@ -60,8 +60,8 @@ def test_parse_models_presets_and_files(tmp_path):
 
 def test_lr_schedule_and_state_size():
     s = st.TrainSettings(steps=100, batch_size=4, lr=1e-3, warmup_fraction=0.1)
-    assert s.lr_at(0) == pytest.approx(1e-4) and s.lr_at(9) == pytest.approx(1e-3)
-    assert s.lr_at(99) < 1e-5
+    assert st.lr_at(0, s.optim, s.steps) == pytest.approx(1e-4) and st.lr_at(9, s.optim, s.steps) == pytest.approx(1e-3)
+    assert st.lr_at(99, s.optim, s.steps) < 1e-5
     choice = st.ModelChoice("transformer_pp", "transformer_pp")
     model = st.build_lm(st.model_config(choice, vocab_size=16, width=16), 0, torch.device("cpu"))
     short, long = st.state_size(model, 8, 16, torch.device("cpu")), st.state_size(model, 16, 16, torch.device("cpu"))

@@ -5,7 +5,8 @@ Models: `--models atlas,gated_deltanet,transformer_pp,my_model.yaml`. A name is 
 `model:` section, or a saved Hugging Face `config.json` of an Atlas model. The command's width / depth / heads
 apply to every model first, then a file's own overrides, then the task's vocabulary.
 
-Training: AdamW (decay on matrices only, as `atlas train`), linear warmup then cosine decay, gradient clipping 1.0,
+Training: `atlas train`'s AdamW builder and warmup + cosine schedule (`atlas_experiments.train.optim`: decay on
+the Linear / Embedding weights only), gradient clipping 1.0,
 cross-entropy on the positions whose target is not IGNORE_INDEX; several train sets (MQAR's mixture of settings)
 take turns step by step. Scoring: argmax accuracy on the scored positions of held-out sets (micro: over all
 answers; macro: the mean per-class recall over the classes present, torchmetrics' default that mad-lab reports).
@@ -32,6 +33,8 @@ from torch import nn
 
 from atlas_data.synthetic import IGNORE_INDEX, TokenDataset
 from atlas_experiments.evaluation.results import EvalResult, track_result, write_result
+from atlas_experiments.train.config import OptimConfig
+from atlas_experiments.train.optim import build_optimizer, lr_at, set_lr
 
 log = logging.getLogger("atlas.eval")
 
@@ -258,23 +261,19 @@ class TrainSettings:
             raise ValueError(f"training: expected a positive lr, got {self.lr}")
         if self.weight_decay < 0:
             raise ValueError(f"training: expected weight_decay >= 0, got {self.weight_decay}")
+        self.optim  # noqa: B018  (fails now, naming the key, on bad betas / warmup / floor / clipping)
 
-    def lr_at(self, step: int) -> float:
-        warmup = int(round(self.warmup_fraction * self.steps))
-        if warmup > 0 and step < warmup:
-            return self.lr * (step + 1) / warmup
-        progress = min(max(step - warmup, 0) / max(self.steps - warmup, 1), 1.0)
-        floor = self.lr * self.min_lr_ratio
-        return floor + 0.5 * (self.lr - floor) * (1.0 + math.cos(math.pi * progress))
-
-
-def build_adamw(module: nn.Module, settings: TrainSettings) -> torch.optim.AdamW:
-    decay, no_decay = [], []
-    for _, p in sorted(module.named_parameters(), key=lambda kv: kv[0]):
-        if p.requires_grad:
-            (decay if p.dim() >= 2 else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=settings.lr, betas=settings.betas)
+    @property
+    def optim(self) -> OptimConfig:
+        """These settings as `atlas train`'s optimizer config (eps and the warmup rounding are `atlas train`'s)."""
+        return OptimConfig(
+            lr=self.lr,
+            betas=tuple(self.betas),
+            weight_decay=self.weight_decay,
+            grad_clip=self.grad_clip,
+            warmup_fraction=self.warmup_fraction,
+            min_lr_ratio=self.min_lr_ratio,
+        )
 
 
 def _batches(data: TokenDataset, batch_size: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
@@ -310,7 +309,8 @@ def fit(
     from tqdm.auto import tqdm
 
     device = torch.device(device)
-    optimizer = build_adamw(module, settings)
+    optim = settings.optim
+    optimizer = build_optimizer(module, optim)
     rng = np.random.default_rng(seed)
     streams = [_batches(d, settings.batch_size, rng) for d in train_sets]
     tensors = [(torch.from_numpy(d.inputs), torch.from_numpy(d.targets)) for d in train_sets]
@@ -325,9 +325,7 @@ def fit(
         x, y = (t[idx].to(device) for t in tensors[which])
         if not bool((y != IGNORE_INDEX).any()):
             continue
-        lr = settings.lr_at(step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(optimizer, lr_at(step, optim, settings.steps))
         loss = token_loss(forward(module, x), y)
         if not torch.isfinite(loss):
             skipped += 1

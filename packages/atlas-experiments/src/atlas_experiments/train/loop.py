@@ -121,7 +121,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
         model = build_model(cfg.model, manifest.tokenizer.vocab_size).to(info.device)
         fpt = flops_per_token(model, cfg.data.seq_len)
         model = wrap(model, info, cfg.distributed)
-        optimizer = build_optimizer(model, cfg)
+        optimizer = build_optimizer(model, cfg.optim)
         loader = TokenWindowLoader(
             manifest, cfg.data.train_split, cfg.data.seq_len, cfg.micro_batch, seed=cfg.seed, rank=info.rank,
             world_size=info.world_size, return_pairs=True,
@@ -186,7 +186,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
         last_loss, last_val = None, None
         t_last, tokens_last = time.perf_counter(), tokens
         while step < cfg.total_steps:
-            lr = lr_at(step, cfg)
+            lr = lr_at(step, cfg.optim, cfg.total_steps)
             set_lr(optimizer, lr)
             optimizer.zero_grad(set_to_none=True)
             loss_sum = torch.zeros((), device=info.device)
