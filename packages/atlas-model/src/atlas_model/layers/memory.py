@@ -5,6 +5,7 @@ Per head h (digest section 2.15):
     q, k, v = SiLU(ShortConv(x W_{q,k,v}))            causal depthwise conv of width 4
     q, k    = q / ||q||, k / ||k||
     alpha   = sigmoid(.), eta = eta_max sigmoid(.), theta = sigmoid(.), gamma = sigmoid(.)   low-rank, per head
+              (gamma="window": c gamma gates per token, entry j for window position t - j)
     o       = memory_chunk(q, k, v, gates, W_0, ...)   the inner loop (atlas-kernels)
     y       = W_o (RMSNorm(o) * SiLU(x W_g))
 
@@ -25,7 +26,8 @@ from atlas_model.layers.memory_params import MemoryParameters
 
 
 class MemoryLayer(nn.Module):
-    """One memory layer of `config.memory_heads` heads; `store` entries: conv_q/k/v, state (MemoryState)."""
+    """One memory layer of `config.memory_heads` heads; `store` entries: conv_q/k/v, state (MemoryState),
+    gamma_valid (gamma="window" after padding: validity of the last c - 1 tokens)."""
 
     def __init__(self, config: AtlasConfig) -> None:
         super().__init__()
@@ -49,7 +51,10 @@ class MemoryLayer(nn.Module):
         if self.mem_cfg.uses_momentum:
             initial["theta"] = config.theta_init
         if config.use_gamma_gate and (self.mem_cfg.is_global or self.mem_cfg.window > 1):
-            initial["gamma"] = config.gamma_init
+            if self.mem_cfg.gamma == "window":  # c gates per token, each starting where the one gate did
+                initial.update({f"gamma_{j}": config.gamma_init for j in range(self.mem_cfg.window)})
+            else:
+                initial["gamma"] = config.gamma_init
         self.gates = LowRankGates(d, config.gate_rank, self.num_heads, initial)
         self.memory = MemoryParameters(
             self.mem_cfg,
@@ -70,6 +75,8 @@ class MemoryLayer(nn.Module):
         q, k, v = self.project(x, ctx, store)
         state = None if store is None else store.get("state")
         gates, params = self.gate_values(x, ctx.valid), self.memory(v)
+        if self.mem_cfg.gamma == "window":
+            gates["gamma"] = self.mask_window_gates(gates["gamma"], ctx.valid, store)
         o, state = memory_chunk(q, k, v, gates, params, self.mem_cfg, state, backend=self.backend)
         if store is not None:
             store["state"] = state
@@ -102,16 +109,45 @@ class MemoryLayer(nn.Module):
         logits = self.gates(x)
         gates = {name: torch.sigmoid(z) for name, z in logits.items()}
         gates["eta"] = self.eta_max * gates["eta"]
+        if self.mem_cfg.gamma == "window":  # [B, T, H, c]: entry j weights window position t - j
+            c = self.mem_cfg.window
+            names = [f"gamma_{j}" for j in range(c)]
+            stacked = [gates.pop(n) for n in names] if names[0] in gates else [torch.ones_like(gates["eta"])] * c
+            gates["gamma"] = torch.stack(stacked, dim=-1)
         if valid is None:
             return gates
         keep = valid[..., None].expand_as(gates["eta"])  # [B, T, H]
         one, zero = torch.ones_like(gates["eta"]), torch.zeros_like(gates["eta"])
         gates["alpha"] = torch.where(keep, gates.get("alpha", one), one)
         gates["eta"] = torch.where(keep, gates["eta"], zero)
-        gates["gamma"] = torch.where(keep, gates.get("gamma", one), zero)
+        if self.mem_cfg.gamma == "window":
+            gates["gamma"] = torch.where(keep[..., None], gates["gamma"], 0.0)
+        else:
+            gates["gamma"] = torch.where(keep, gates.get("gamma", one), zero)
         if "theta" in gates:
             gates["theta"] = torch.where(keep, gates["theta"], one)
         return gates
+
+    def mask_window_gates(self, gamma: torch.Tensor, valid: torch.Tensor | None, store: dict | None) -> torch.Tensor:
+        """Zero the window gates [B, T, H, c] that point at padding, in this call or in earlier ones.
+
+        With one gate per token a padded token's gamma = 0 keeps it out of every window; with c gates per step
+        each later step must drop it itself (its k, v are 0, but phi(0) != 0 for poly / exp features). The last
+        c - 1 validity flags stay in `store["gamma_valid"]` once padding has been seen.
+        """
+        c = self.mem_cfg.window
+        past = None if store is None else store.get("gamma_valid")
+        if c == 1 or (valid is None and past is None):
+            return gamma
+        B, T = gamma.shape[:2]
+        if past is None:  # positions before the sequence start are the op's business
+            past = torch.ones(B, c - 1, dtype=torch.bool, device=gamma.device)
+        current = torch.ones(B, T, dtype=torch.bool, device=gamma.device) if valid is None else valid.bool()
+        flags = torch.cat([past, current], dim=1)  # flags[:, c - 1 + t] = validity of token t
+        mask = torch.stack([flags[:, c - 1 - j : c - 1 - j + T] for j in range(c)], dim=-1)  # [B, T, c]
+        if store is not None:
+            store["gamma_valid"] = flags[:, flags.shape[1] - (c - 1) :]
+        return gamma * mask[:, :, None, :].to(gamma.dtype)
 
     def retrieve(self, q: torch.Tensor, state: MemoryState | None) -> torch.Tensor:
         """Read the memory at `state` without writing: q [B, T, H, dh] (unit norm) -> o [B, T, H, dh].
