@@ -126,12 +126,18 @@ def score_samples(
             rec["prediction"] = text
             rec["generate_correct"] = bool(judge(sample, text))
         if "candidate_logprobs" in res:
-            lp = res["candidate_logprobs"]
-            answer_i = sample.candidates.index(sample.answer)
-            rec["rank_correct"] = bool(max(range(len(lp)), key=lambda i: (lp[i], -i)) == answer_i)
-            rec["answer_rank"] = 1 + sum(v > lp[answer_i] for v in lp)
+            rec["rank_correct"], rec["answer_rank"] = rank_verdict(
+                res["candidate_logprobs"], sample.candidates.index(sample.answer)
+            )
         records.append(rec)
     return records
+
+
+def rank_verdict(logprobs: Sequence[float], answer_i: int) -> tuple[bool, int]:
+    """(hit, rank) of candidate `answer_i`: a hit when it scores highest, a tie going to the earlier candidate;
+    its rank is 1 + the number of candidates scoring strictly higher."""
+    best = max(range(len(logprobs)), key=lambda i: (logprobs[i], -i))
+    return best == answer_i, 1 + sum(v > logprobs[answer_i] for v in logprobs)
 
 
 def mean(values: Sequence[float]) -> float:
