@@ -212,6 +212,21 @@ def _train_and_score(
     }
 
 
+def best_of_sweep(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The sweep point with the highest test accuracy (mad-lab's selection; the first on a tie). A run without a
+    score (NaN: no answer scored) never wins; when no run has one, the first stands for the setting."""
+    valid = [r for r in runs if not math.isnan(r["acc"])]
+    return max(valid, key=lambda r: r["acc"]) if valid else runs[0]
+
+
+def task_score(best_per_setting: Sequence[dict[str, Any]]) -> tuple[float, float]:
+    """A task's MAD score, the mean over its settings of the best-of-sweep accuracy, and the same for acc_macro."""
+    return (
+        float(np.mean([r["acc"] for r in best_per_setting])),
+        float(np.mean([r["acc_macro"] for r in best_per_setting])),
+    )
+
+
 def run_mad(
     models: Sequence[ModelChoice],
     protocol: MADProtocol,
@@ -243,16 +258,15 @@ def run_mad(
                         log.info(
                             "mad %s %s %s lr=%g wd=%g: acc %.3f", choice.name, task, setting.label, lr, wd, run["acc"]
                         )
-                valid = [r for r in runs if not math.isnan(r["acc"])]
-                best = max(valid, key=lambda r: r["acc"]) if valid else runs[0]
+                best = best_of_sweep(runs)
                 per_model[choice.name].append({"setting": setting.label, **best})
                 metrics[f"acc/{choice.name}/{task}/{setting.label}"] = best["acc"]
         for choice in models:
             rows = per_model[choice.name]
-            score = float(np.mean([r["acc"] for r in rows]))
+            score, score_macro = task_score(rows)
             scores[choice.name][task] = score
             metrics[f"acc/{choice.name}/{task}"] = score
-            metrics[f"acc_macro/{choice.name}/{task}"] = float(np.mean([r["acc_macro"] for r in rows]))
+            metrics[f"acc_macro/{choice.name}/{task}"] = score_macro
             details["scores"].setdefault(choice.name, {})[task] = {
                 "score": score,
                 "best_per_setting": [

@@ -120,6 +120,20 @@ def _datasets(protocol: MQARProtocol, seed: int):
     return train, test
 
 
+def mean_accuracy(scores: Sequence[dict[str, float]]) -> float:
+    """A run's MQAR accuracy: the unweighted mean over the settings of their held-out accuracy."""
+    return float(np.mean([s["acc"] for s in scores]))
+
+
+def best_lr_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The run of the lr sweep with the best `mean_acc`; the earlier lr on a tie."""
+    best = runs[0]
+    for run in runs[1:]:
+        if run["mean_acc"] > best["mean_acc"]:
+            best = run
+    return best
+
+
 def run_mqar(
     models: Sequence[ModelChoice],
     protocol: MQARProtocol,
@@ -146,7 +160,7 @@ def run_mqar(
                 memory_expansion=protocol.memory_expansion,
             )
             key = f"{choice.name}/d={width}"
-            best: dict[str, Any] | None = None
+            width_runs: list[dict[str, Any]] = []
             sizes: dict[int, dict[str, int]] = {}
             init_acc: list[float] = []
             params = 0
@@ -170,7 +184,7 @@ def run_mqar(
                     model, train, settings, seed=seed, device=device, progress=progress, desc=f"mqar {key} lr={lr:g}"
                 )
                 scores = [evaluate(model, d, batch_size=protocol.eval_batch_size, device=device) for d in test]
-                mean = float(np.mean([s["acc"] for s in scores]))
+                mean = mean_accuracy(scores)
                 run = {
                     "model": choice.name,
                     "width": width,
@@ -180,11 +194,10 @@ def run_mqar(
                     "per_setting": {c.label: s for c, s in zip(protocol.configs, scores)},
                 }
                 runs.append(run)
+                width_runs.append(run)
                 log.info("mqar %s lr=%g: mean acc %.3f (%.0fs)", key, lr, mean, summary["seconds"])
-                if best is None or mean > best["mean_acc"]:
-                    best = run
                 del model
-            assert best is not None
+            best = best_lr_run(width_runs)
             row = {
                 "model": choice.name,
                 "preset": choice.preset,
