@@ -161,3 +161,25 @@ def test_the_report_lists_the_current_ablation_cells(tmp_path):
     assert cells["window"] == ["window~1", "window~2", "window~4", "window~4__use_gamma_gate~false", "window~8",
                                "window~16"]  # fmt: skip
     assert "feature_map~identity" in cells["poly_degree"] and "memory~linear" in cells["gated_mlp"]
+
+
+@pytest.mark.parametrize(
+    "extra,options",
+    [
+        ([], "--dim 64 --seq-len 1024 --rank 8 --window 128"),
+        (
+            ["--configfile", "config/paper.yaml"],
+            "--dim 256 --seq-len 2048 --rank 16 --window 512 --memories 2x1,2x4,3x1,3x4 --optimizer adam --lr 0.0003 "
+            "--repeats 5 --device cuda",
+        ),
+    ],
+    ids=["embedded", "paper"],
+)
+def test_learnability_is_one_tracked_synthetic_job_before_the_report(extra, options, tmp_path):
+    res = _snakemake("report", "-n", "-p", *extra, results=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _jobs(res.stdout)["learnability"] == 1
+    command = next(line for line in res.stdout.splitlines() if " eval learnability " in line)
+    assert f"--out {tmp_path}/results/synthetic/learnability/memory_mlp.json" in command
+    assert "--experiment eval_learnability" in command and "--tracking-uri sqlite:///" in command
+    assert command.endswith(f"--no-progress {options} > {tmp_path}/results/logs/synthetic/learnability.log 2>&1")

@@ -137,9 +137,16 @@ def eval_targets():
     return [f"{RESULTS}/eval/{task}/{run}.json" for task in config["evaluation"]["tasks"] for run in config["models"]]
 
 
+def learnability_result():
+    return f"{RESULTS}/synthetic/learnability/memory_mlp.json"
+
+
 def synthetic_targets():
+    """One job per (task, model) of MQAR / MAD; learnability trains memory MLPs, no model: one job."""
     spec = config.get("synthetic", {})
-    return [f"{RESULTS}/synthetic/{task}/{m}.json" for task in spec.get("tasks", []) for m in spec.get("models", [])]
+    tasks = spec.get("tasks", [])
+    per_model = [f"{RESULTS}/synthetic/{t}/{m}.json" for t in tasks if t != "learnability" for m in spec["models"]]
+    return per_model + ([learnability_result()] if "learnability" in tasks else [])
 
 
 wildcard_constraints:

@@ -1,6 +1,7 @@
-# Synthetic benchmarks that train their own small models from scratch: MQAR (Fig. 7) and MAD (Table 4).
-# One job per (task, preset); options per task come from config["synthetic"]; results JSON + figure + MLflow run
-# under the experiment eval_<task>.
+# Synthetic benchmarks that train their own small models from scratch: MQAR (Fig. 7) and MAD (Table 4), one job
+# per (task, preset), and learnability (Section 6, Fig. 6: memory MLPs trained online on five streams), one job.
+# Options per task come from config["synthetic"]; results JSON + figure + MLflow run under the experiment
+# eval_<task>.
 
 
 rule synthetic:
@@ -25,6 +26,29 @@ rule synthetic:
         "OMP_NUM_THREADS={threads} {params.atlas} eval {wildcards.synthetic} --models {wildcards.preset} "
         "--out {output.result} --threads {threads} --tracking-uri {params.uri:q} "
         "--experiment eval_{wildcards.synthetic} --no-progress {params.args} > {log} 2>&1"
+
+
+rule learnability:
+    output:
+        result=learnability_result(),
+    params:
+        atlas=ATLAS,
+        args=eval_args("learnability", section="synthetic"),
+        uri=tracking_uri(),
+    threads: config["resources"]["eval"]["threads"]
+    resources:
+        gpu=config["resources"]["eval"]["gpu"],
+        mem_mb=config["resources"]["eval"]["mem_mb"],
+        runtime=config["resources"]["eval"]["runtime"],
+    conda:
+        "../envs/atlas.yaml"
+    log:
+        f"{RESULTS}/logs/synthetic/learnability.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/synthetic/learnability.tsv"
+    shell:
+        "OMP_NUM_THREADS={threads} {params.atlas} eval learnability --out {output.result} --threads {threads} "
+        "--tracking-uri {params.uri:q} --experiment eval_learnability --no-progress {params.args} > {log} 2>&1"
 
 
 rule synthetics:

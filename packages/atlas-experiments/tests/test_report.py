@@ -115,3 +115,34 @@ def test_bad_ablation_cells_option_is_an_error(tmp_path, capsys):
     args = ["report", "--tracking-uri", uri, "--out", str(tmp_path / "r"), "--ablation-cells", '{"window": "x"}']
     assert main(args) != 0
     assert "--ablation-cells: expected" in capsys.readouterr().err
+
+
+def test_learnability_section_puts_our_ordering_beside_the_papers(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    names = ("low_rank", "mlp", "attention_mlp", "attention_inputs_mlp", "swa_mlp")
+    final = {"layers=2/exp=1": (0.1, 0.5, 0.7, 0.3, 0.9), "layers=2/exp=4": (0.2, 0.4, 0.95, 0.6, 0.8)}
+    metrics = {}
+    for memory, losses in final.items():
+        for i, (name, loss) in enumerate(zip(names, losses), start=1):
+            metrics[f"final_loss/{memory}/{i}_{name}"] = loss
+            metrics[f"mean_loss/{memory}/{i}_{name}"] = loss + 0.05
+    tags = {"task": "learnability", "model": "memory-mlp"}
+    _run(uri, "eval_learnability", "learnability:memory-mlp", {}, [(0, metrics)], tags=tags)
+    out = tmp_path / "reports"
+    assert main(["report", "--tracking-uri", uri, "--out", str(out)]) == 0
+    section = (out / "evaluations.md").read_text().split("## Learnability")[1].split("\n## ")[0]
+    assert (
+        "| memory | 1 low_rank | 2 mlp | 3 attention_mlp | 4 attention_inputs_mlp | 5 swa_mlp | our order |" in section
+    )
+    # the paper's order exactly: every pair as the paper, every statement holds
+    assert (
+        "| layers=2/exp=1 | 0.1 | 0.5 | 0.7 | 0.3 | 0.9 | 1 < 4 < 2 < 3 < 5 | 10/10 | yes | yes | yes | yes | yes |"
+        in section
+    )
+    # 3 ends above 5 and 4 above 2: two pairs out of the paper's order
+    assert (
+        "| layers=2/exp=4 | 0.2 | 0.4 | 0.95 | 0.6 | 0.8 | 1 < 2 < 4 < 5 < 3 | 8/10 | yes | yes | no | yes | no |"
+        in section
+    )
+    assert "| paper (Fig. 6) | – | – | – | – | – | 1 < 4 < 2 < 3 < 5 |" in section
+    assert (out / "figures" / "learnability.png").stat().st_size > 1000

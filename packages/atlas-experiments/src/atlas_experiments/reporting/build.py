@@ -6,7 +6,7 @@
 - `ablations.md`: one table per ablation axis (validation loss per cell, the rows of the current tables when the
   workflow names them) beside the Table 6 row it speaks to; `figures/ablation_<axis>.png` (`ablations.py`).
 - `evaluations.md`: every `atlas eval` result grouped by task, with its protocol deviations; S-NIAH and MAD beside
-  Tables 3 and 4.
+  Tables 3 and 4; learnability beside the paper's ordering of Fig. 6 (`learnability.py`).
 - `README.md`: an index, the scale of our runs vs the paper's, and when the report was built.
 Each file is written atomically; the same runs give the same tables.
 """
@@ -21,6 +21,7 @@ from atlas_experiments._io import write_text_atomic as _write
 from atlas_experiments.reporting import eval_tables, figures
 from atlas_experiments.reporting import paper_tables as paper
 from atlas_experiments.reporting.ablations import ablation_report, current_cells
+from atlas_experiments.reporting.learnability import learnability_section
 from atlas_experiments.reporting.markdown import ppl as _ppl
 from atlas_experiments.reporting.markdown import table as _table
 
@@ -71,7 +72,7 @@ def pretrain_report(runs: list[dict], uri: str, fig_dir: Path) -> str:
 
 
 def evaluation_report(runs: list[dict], fig_dir: Path) -> str:
-    """The paper's evaluation tables (2, 3, 4; Fig. 7 as a table), ours first and theirs below, plus figures."""
+    """The paper's evaluation tables (2, 3, 4; Figs. 6 and 7 as tables), ours first and theirs below, plus figures."""
     evals = [r for r in runs if "task" in r["tags"]]
     if not evals:
         return "# Evaluations\n\nNo evaluation results are tracked yet.\n"
@@ -95,6 +96,7 @@ def evaluation_report(runs: list[dict], fig_dir: Path) -> str:
     if figures.grouped_bars("MQAR", "accuracy", mqar, fig_dir / "mqar.png"):
         out.append("\n![MQAR accuracy per setting](figures/mqar.png)\n")
     out.append(eval_tables.mad_section(by_model))
+    out.append(learnability_section(by_model, fig_dir))
     out.append(eval_tables.deviations(evals))
     return "".join(out)
 

@@ -1,4 +1,5 @@
-"""Report figures (PNG, written atomically): loss curves, ablation bars, S-NIAH heatmaps, MQAR accuracy."""
+"""Report figures (PNG, written atomically): loss curves, ablation bars, S-NIAH heatmaps, grouped bars (MQAR,
+learnability)."""
 
 from __future__ import annotations
 

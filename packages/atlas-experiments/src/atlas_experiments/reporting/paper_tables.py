@@ -94,3 +94,6 @@ TABLE4_MAD = {
     "omeganet": (50.9, 100, 54.2, 99.6, 90.2, 78.98),
     "atlas": (51.6, 100, 54.9, 99.6, 91.4, 79.50),
 }
+
+# Section 6 / Fig. 6 (curves only): the five learnability streams by loss, easiest first ("roughly").
+LEARNABILITY_ORDER = (1, 4, 2, 3, 5)
