@@ -60,7 +60,8 @@ def test_each_epoch_is_a_seeded_permutation_with_carry_over(manifest: Manifest, 
     seen = [w for batch in itertools.islice(iter(loader), steps) for w in _ids(batch, window_id)]
     epochs = [seen[e * n : (e + 1) * n] for e in range(3)]
     assert all(sorted(e) == list(range(n)) for e in epochs)  # every window once per epoch, none dropped
-    assert epochs[0] != epochs[1] != epochs[2] and epochs[0] != list(range(n))
+    assert epochs[0] != epochs[1] and epochs[1] != epochs[2] and epochs[0] != epochs[2]
+    assert epochs[0] != list(range(n))
     assert epochs[1] == loader.window_ids(1).tolist()
     again = TokenWindowLoader(manifest, "train", seq_len=SEQ, batch_size=7, seed=3)
     other = TokenWindowLoader(manifest, "train", seq_len=SEQ, batch_size=7, seed=4)
