@@ -1,4 +1,4 @@
-"""atlas-kernels: the memory op behind every recurrent model of ATLAS (DESIGN.md section 2).
+"""atlas-kernels: the memory op behind every recurrent model of ATLAS (docs/memory-op.md).
 
 Public API (layout [B, T, H, D]; see `memory_chunk` for every name and shape):
     MemoryConfig, MemoryState, memory_chunk, memory_naive, memory_naive_chunked, memory_step, memory_read,

@@ -1,14 +1,15 @@
 """Presets (which model) and sizes (how big): plain data that `AtlasConfig.from_preset` combines.
 
-A preset names the token mixer and the memory settings of one model of the paper (DESIGN.md section 2, the
-Miras table); a size gives the widths of Table 7 of the paper, or small CPU sizes for tests and the embedded
+A preset names the token mixer and the memory settings of one model of the paper (docs/memory-op.md, "The
+paper's models"); a size gives the widths of Table 7 of the paper, or small CPU sizes for tests and the embedded
 default, plus the length constants that have to shrink with them (SWA window, Omega window c, chunk size b).
 
 Readings this package implements (the paper leaves them open):
-- "omega" presets take the Omega window c of the size (digest section 6 recommends 4-16): c = 4 on the CPU
-  sizes, c = 8 at the paper sizes; online presets keep c = 1.
+- "omega" presets take the Omega window c of the size (the paper suggests 4-16; docs/deviations.md, "Open
+  constants"): c = 4 on the CPU sizes, c = 8 at the paper sizes; online presets keep c = 1.
 - DeepTransformer keeps the data-dependent retention alpha_t of Table 1; with alpha = eta = 1, linear memory
-  and exp features it would be unnormalised causal attention (the DESIGN.md "nothing forgotten" limit).
+  and exp features it would be unnormalised causal attention (the "nothing forgotten" limit, docs/features.md,
+  "Hebbian memory and attention").
 - Exp-feature presets learn P = 16 keys that span the initial first-layer weight (`exp_init_keys`), so that
   the deep memory does not start from W2 = 0, where its branch output and every inner gradient but one vanish.
 - The linear memories (DeltaNet, Gated DeltaNet, linear attention, SWLA) start from W_0 = 0 like

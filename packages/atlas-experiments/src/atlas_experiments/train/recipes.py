@@ -1,4 +1,5 @@
-"""The paper's pretraining recipes as named defaults (digest section 3.1, Table 7).
+"""The paper's pretraining recipes as named defaults (Section 3.1 and Table 7 of the paper; docs/deviations.md,
+"Training recipe").
 
 AdamW (0.9, 0.95), weight decay 0.1, cosine schedule, 0.5M-token batches (2^19 = 524,288), 4K context; peak
 learning rates and token budgets per size from Table 7. Warmup is unstated: 2% of the steps. A config selects one

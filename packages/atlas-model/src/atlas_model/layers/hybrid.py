@@ -1,4 +1,4 @@
-"""Titans-style hybrids of the memory and attention (digest section 2.16). MAL needs no module of its own: its
+"""Titans-style hybrids of the memory and attention (docs/memory-op.md, "Hybrids"). MAL needs no module of its own: its
 block simply runs a memory layer and then an SWA layer (see `atlas_model.modeling.build_mixers`).
 
 MAG (memory as a gate): both branches read the same input,

@@ -1,4 +1,4 @@
-"""Chunkwise linear memory in Triton: forward and hand-written backward (CHUNKWISE.md, linear memory).
+"""Chunkwise linear memory in Triton: forward and hand-written backward (docs/chunkwise.md).
 
 Supported: memory="linear", feature_map="identity", optimizer "gd" | "momentum", bias l2 | dot, window c >= 1
 (c - 1 <= 64) with gamma gates and the carried halo, alpha (and theta) decay as log-space cumulative products

@@ -1,4 +1,4 @@
-"""Chunkwise MLP memory in Triton: forward and backward kernels, host side (CHUNKWISE.md, MLP memory).
+"""Chunkwise MLP memory in Triton: forward and backward kernels, host side (docs/chunkwise.md, "Inner gradients").
 
 Supported: memory="mlp" (f(x) = x + g(W1 s(W2 x)), g = the memory LayerNorm when cfg.memory_norm, residual on or
 off, s = gelu | silu) and memory="gated_mlp" (x + g(W1 (s(W2 x) * W3 x))), feature_map="identity", optimizer

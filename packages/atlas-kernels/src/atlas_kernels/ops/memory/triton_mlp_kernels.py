@@ -1,6 +1,6 @@
 """Triton pieces of the chunkwise MLP memory shared by its forward and backward kernels, and the forward kernel.
 
-Notation and the chunk math: `triton_mlp.py` (module docstring) and CHUNKWISE.md. Window tile rows w hold the h
+Notation and the chunk math: `triton_mlp.py` (module docstring) and docs/chunkwise.md. Window tile rows w hold the h
 halo tokens then the chunk (chunk token n at w = h + n); padded rows and columns load as 0 and get zero
 coefficients, so they never reach an output.
 """

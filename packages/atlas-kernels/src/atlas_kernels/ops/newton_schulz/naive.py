@@ -4,7 +4,7 @@ Muon's quintic X <- a X + (b A + c A^2) X with A = X X^T, after Frobenius pre-no
 singular values start in (0, 1]). Tall matrices are transposed so that A is the smaller Gram matrix.
 The quintic (3.4445, -4.7750, 2.0315) trades exactness for speed: after 5 steps singular values that
 started above ~1e-3 of the largest lie in a band around 1 (roughly [0.68, 1.13]), not exactly at 1.
-NS is scale-invariant, which is why the inner learning rate multiplies its output (DESIGN.md section 2).
+NS is scale-invariant, which is why the inner learning rate multiplies its output (docs/muon.md, "The update").
 """
 
 from __future__ import annotations
