@@ -44,7 +44,7 @@ def train_dict():
 
 
 def make_train_dict(data: Path, **over) -> dict:
-    """A fast TrainConfig mapping: tiny Transformer++, seq 32, 2 micro-batches of 4 per step."""
+    """A fast TrainConfig mapping: tiny Transformer++ on the CPU in fp32, seq 32, 2 micro-batches of 4 per step."""
     base = {
         "model": {"preset": "transformer_pp", "size": "tiny"},
         "data": {"path": str(data), "seq_len": 32},
@@ -53,6 +53,9 @@ def make_train_dict(data: Path, **over) -> dict:
         "steps": 8,
         "seed": 3,
         "optim": {"lr": 3e-3, "warmup_steps": 2},
+        # "auto" would mean GPU + bf16 on a CUDA host, where the bit-exact and golden-loss comparisons do not hold
+        "device": "cpu",
+        "precision": "fp32",
         "tracking": {"enabled": False},
     }
     for key, value in over.items():

@@ -1,6 +1,7 @@
 """MLflow tracking: parallel writers on one SQLite store lose nothing; names are sanitised; sync registers."""
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -52,14 +53,63 @@ def test_sanitize_and_flatten():
     assert flat == {"optim.lr": "0.001", "optim.betas": "[0.9, 0.95]", "seed": "1"}
 
 
-def test_unreachable_store_does_not_raise(tmp_path, monkeypatch):
+DEAD_URI = "http://127.0.0.1:9/"
+
+
+def _dead_store(monkeypatch):
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+
+
+def test_unreachable_store_does_not_raise(tmp_path, monkeypatch, caplog):
+    """Tracking never stops training: a dead store gives a warning and the no-op tracker, and no run record."""
+    _dead_store(monkeypatch)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    t = tracking.open_tracker(True, "http://127.0.0.1:9/", "x", "r", run_dir, {}, resume=False)
-    t.log_metrics({"loss": 1.0}, 1)
-    t.end("FINISHED")  # no exception: tracking never stops training
+    with caplog.at_level(logging.WARNING, logger=tracking.log.name):
+        t = tracking.open_tracker(True, DEAD_URI, "x", "r", run_dir, {}, resume=False)
+        t.log_metrics({"loss": 1.0}, 1)
+        t.end("FINISHED")
+    assert type(t) is tracking.Tracker and t.run_id is None
+    assert f"cannot open MLflow at {DEAD_URI}" in caplog.text
+    assert not (run_dir / tracking.TRACKING_FILE).exists()  # `atlas track sync` must not find a phantom run id
+
+
+def test_store_failing_mid_run_warns_once_and_goes_quiet(tmp_path, monkeypatch, caplog):
+    t = tracking.MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "x", "r", flush_every_s=0.0)
+    calls = []
+
+    def dead(*args, **kwargs):
+        calls.append(kwargs)
+        raise OSError("store gone (simulated)")
+
+    monkeypatch.setattr(t.client, "log_batch", dead)
+    with caplog.at_level(logging.WARNING, logger=tracking.log.name):
+        t.log_metrics({"loss": 1.0}, 1)
+        t.log_metrics({"loss": 0.5}, 2)
+        t.log_params({"lr": 0.1})
+        t.end("FINISHED")
+    assert t.failed
+    assert len(calls) == 1  # after the first failure nothing more is sent
+    assert caplog.text.count("tracking stops") == 1
+
+
+def test_training_finishes_untracked_when_the_store_is_unreachable(
+    tmp_path, monkeypatch, caplog, prepared_data, train_dict
+):
+    from atlas_experiments.train import TrainConfig, loop
+    from atlas_experiments.train.metrics import read_metrics
+
+    _dead_store(monkeypatch)
+    cfg = train_dict(prepared_data, steps=2, tracking={"enabled": True, "uri": DEAD_URI, "experiment": "x"})
+    run = tmp_path / "run"
+    with caplog.at_level(logging.WARNING, logger=tracking.log.name):
+        result = loop.train(TrainConfig.from_dict(cfg), run)
+    assert result.steps == 2 and result.run_id is None
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
+    assert (run / "checkpoints" / "final" / "COMPLETE").is_file()
+    assert f"cannot open MLflow at {DEAD_URI}" in caplog.text
+    assert not (run / tracking.TRACKING_FILE).exists()
 
 
 def test_sync_run_dir_registers_metrics(tmp_path):
