@@ -41,11 +41,10 @@ def test_grid_covers_every_defined_combination():
     assert len(ALL) == 54 - 12
 
 
-@pytest.mark.parametrize("cfg", ALL, ids=config_id)
-@pytest.mark.parametrize("window", [1, 2, 5])
-def test_chunk_b1_equals_token_recurrence(cfg, window):
-    cfg = _with(cfg, window=window, chunk_size=1)
-    q, k, v, gates = random_inputs(2, 7, H, D, seed=window)
+# Configs are parametrised as they run (window, chunk size), so the test ids name what is tested.
+@pytest.mark.parametrize("cfg", [_with(c, window=w, chunk_size=1) for w in (1, 2, 5) for c in ALL], ids=config_id)
+def test_chunk_b1_equals_token_recurrence(cfg):
+    q, k, v, gates = random_inputs(2, 7, H, D, seed=cfg.window)
     p = _params(cfg)
     o_ref, s_ref = memory_naive(q, k, v, gates, p, cfg)
     o, s = memory_chunk(q, k, v, gates, p, cfg)
@@ -58,7 +57,7 @@ def test_chunk_b1_equals_token_recurrence(cfg, window):
 @pytest.mark.parametrize(
     "cfg",
     [
-        dataclasses.replace(c, window=w)
+        dataclasses.replace(c, window=w, chunk_size=1)
         for c, w in [
             (next(valid_configs(memory="mlp", optimizer="muon", feature_map="poly", bias="l2")), 5),
             (
@@ -74,7 +73,7 @@ def test_chunk_b1_equals_token_recurrence(cfg, window):
 def test_chunk_b1_equals_recurrence_lengths(cfg, T):
     # The inner LayerNorm makes long recurrences chaotic (1e-14 in v -> 1e-3 after 64 tokens, in the oracle
     # itself), so long sequences are compared without it; short ones above cover it.
-    cfg = _with(cfg, chunk_size=1, memory_norm=False)
+    cfg = _with(cfg, memory_norm=False)
     q, k, v, gates = random_inputs(1, T, H, D, seed=T, eta_scale=0.1)
     p = _params(cfg)
     o_ref, s_ref = memory_naive(q, k, v, gates, p, cfg)
@@ -83,10 +82,9 @@ def test_chunk_b1_equals_recurrence_lengths(cfg, T):
     _compare_states(s_ref, s, 1e-9)
 
 
-@pytest.mark.parametrize("cfg", ALL, ids=config_id)
+@pytest.mark.parametrize("cfg", [_with(c, window=3, chunk_size=4) for c in ALL], ids=config_id)
 def test_chunk_equals_naive_chunked_with_gradients(cfg):
     """b = 4 over T = 11 (a short last chunk), window 3 reaching across chunk edges; all input gradients."""
-    cfg = _with(cfg, window=3, chunk_size=4)
     q, k, v, gates = random_inputs(1, 11, H, D, seed=3, requires_grad=True)
     p = _params(cfg, requires_grad=True)
     weight = torch.randn(1, 11, H, D, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
