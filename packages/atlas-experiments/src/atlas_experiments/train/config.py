@@ -42,7 +42,8 @@ class DataSpec:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """AdamW with linear warmup and cosine decay to `min_lr_ratio` x peak; decay applies to matrices only."""
+    """AdamW with linear warmup and cosine decay to `min_lr_ratio` x peak; weight decay reaches the Linear /
+    Embedding weights only (`train/optim.py`)."""
 
     lr: float = 4e-4
     betas: tuple[float, ...] = (0.9, 0.95)
