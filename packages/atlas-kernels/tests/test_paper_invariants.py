@@ -62,20 +62,45 @@ def test_windowed_dot_linear_is_swla():
     assert rel_err(torch.stack(outs, 1), o) < 1e-12
 
 
+@pytest.mark.parametrize("temperature", ["fixed", "learned"])
 @pytest.mark.parametrize("chunk_size", [1, 5])
-def test_online_hebbian_exp_memory_is_causal_attention(chunk_size):
-    """Linear memory, dot bias, exp features, c = 1, alpha = eta = 1: y_t = sum_{i<=t} exp(q_t.k_i) v_i;
-    with the softmax normaliser (the same memory storing 1s) it is scaled_dot_product_attention."""
-    cfg = MemoryConfig(memory="linear", bias="dot", window=1, optimizer="gd", feature_map="exp", chunk_size=chunk_size)
+def test_online_hebbian_exp_memory_is_causal_attention(chunk_size, temperature):
+    """Linear memory, dot bias, exp features, c = 1, alpha = eta = 1: y_t = sum_{i<=t} exp(tau_h q_t.k_i) v_i;
+    with the softmax normaliser (the same memory storing 1s) it is scaled_dot_product_attention at scale tau_h
+    (tau = 1 for exp_temperature="fixed")."""
+    cfg = MemoryConfig(
+        memory="linear",
+        bias="dot",
+        window=1,
+        optimizer="gd",
+        feature_map="exp",
+        exp_temperature=temperature,
+        chunk_size=chunk_size,
+    )
     q, k, v, _ = random_inputs(B, T, H, D, seed=3)
+    tau = torch.tensor([0.7, 3.0], dtype=torch.float64)  # per head; sqrt(D) = 2 is the initial value
+    params = {"feature_coeffs": tau[:, None]} if temperature == "learned" else {}
+    if temperature == "fixed":
+        tau = torch.ones(H, dtype=torch.float64)
     ones = torch.ones(B, T, H)
     gates = {"eta": ones.double()}
-    o, _ = memory_chunk(q, k, v, gates, {}, cfg)
-    scores = torch.einsum("bthd,bshd->bhts", q, k).exp().tril()
+    o, _ = memory_chunk(q, k, v, gates, params, cfg)
+    scores = (torch.einsum("bthd,bshd->bhts", q, k) * tau[:, None, None]).exp().tril()
     assert rel_err(torch.einsum("bhts,bshd->bthd", scores, v), o) < 1e-12
-    z, _ = memory_chunk(q, k, torch.ones(B, T, H, 1, dtype=torch.float64), gates, {}, cfg)
-    sdpa = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True, scale=1.0)
+    z, _ = memory_chunk(q, k, torch.ones(B, T, H, 1, dtype=torch.float64), gates, params, cfg)
+    scaled_q = q * tau[:, None]  # SDPA takes one scale: the per-head temperature goes into q
+    sdpa = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (scaled_q, k, v)), is_causal=True, scale=1.0)
     assert rel_err(sdpa.transpose(1, 2), o / z) < 1e-12
+
+
+def test_exp_temperature_starts_at_attention_logit_range():
+    """tau_0 = sqrt(Dk): exp(tau_0 cos) = exp(q'.k' / sqrt(Dk)) for q', k' of unit RMS (norm sqrt(Dk))."""
+    cfg = MemoryConfig(memory="mlp", bias="dot", feature_map="exp", exp_init_keys=2)
+    p = init_memory_params(cfg, H, 16, 16, dtype=torch.float64)
+    assert torch.equal(p["feature_coeffs"], torch.full((H, 1), 4.0, dtype=torch.float64))
+    assert "feature_coeffs" not in init_memory_params(
+        MemoryConfig(memory="mlp", bias="dot", feature_map="exp", exp_temperature="fixed"), H, 16, 16
+    )
 
 
 def test_poly_with_degree_one_coefficients_equals_identity_features():

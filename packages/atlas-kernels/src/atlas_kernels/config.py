@@ -33,6 +33,7 @@ FeatureKind = Literal["identity", "poly", "exp"]
 ActivationKind = Literal["gelu", "silu"]
 DecayTarget = Literal["zero", "init"]
 GammaKind = Literal["token", "window"]
+ExpTemperature = Literal["learned", "fixed"]
 
 MEMORY_KINDS = ("linear", "mlp", "gated_mlp")
 BIAS_KINDS = ("l2", "dot")
@@ -41,6 +42,7 @@ FEATURE_KINDS = ("identity", "poly", "exp")
 ACTIVATIONS = ("gelu", "silu")
 DECAY_TARGETS = ("zero", "init")
 GAMMA_KINDS = ("token", "window")
+EXP_TEMPERATURES = ("learned", "fixed")
 
 # Muon's quintic Newton-Schulz coefficients (Keller Jordan); they do not converge to exactly 1,
 # singular values of the result land in roughly [0.68, 1.13] (tested band: see newton_schulz).
@@ -80,8 +82,15 @@ class MemoryConfig:
         poly_degree: degree p of the polynomial map (symmetric monomials, dimension C(d + p, p)).
         exp_init_keys: number P of learned keys that span the initial first-layer weight of the exp
             memories, W_0 phi*(x) = sum_p w_p exp(m_p . x); 0 means W_0 = 0 on that layer.
+        exp_temperature: the exp kernel exp(tau q.k) of unit-norm q, k. "learned" (default): a per-head
+            temperature tau > 0, params["feature_coeffs"] [H, 1] (the one coefficient of phi*_tau, whose Taylor
+            coefficients are tau^i / i!), initialised at sqrt(Dk) by `init_memory_params`: the logit
+            sqrt(Dk) cos(q, k) of scaled dot-product attention on RMS-normalised q, k (QK-norm), whose
+            logits span [-sqrt(Dk), sqrt(Dk)]. "fixed": tau = 1 (logits in [-1, 1], so the best and the worst
+            key differ in weight by at most e^2: the exp memory cannot attend sharply).
         exp_taylor_degree: truncation degree of phi* in the *naive* oracle only (explicit Taylor features;
-            the truncation error is below 1/(n+1)! for l2-normalised inputs).
+            the truncation error is below 1/(n+1)! for l2-normalised inputs; with a temperature tau > 1 the
+            oracle raises the degree until tau^(n+1) / (n+1)! is below that bound).
         decay_first: gated-delta ordering, W_t = alpha_t W_{t-1} - eta_t grad L_t(alpha_t W_{t-1})
             (flash-linear-attention's gated delta rule). Defined for linear memory only.
         exact_delta: compute the exact token recurrence chunkwise (WY/UT form, as flash-linear-attention's
@@ -121,6 +130,7 @@ class MemoryConfig:
     feature_map: FeatureKind = "identity"
     poly_degree: int = 2
     exp_init_keys: int = 0
+    exp_temperature: ExpTemperature = "learned"
     exp_taylor_degree: int = 12
     decay_first: bool = False
     exact_delta: bool = False
@@ -137,6 +147,7 @@ class MemoryConfig:
         _check_choice("activation", self.activation, ACTIVATIONS)
         _check_choice("decay_target", self.decay_target, DECAY_TARGETS)
         _check_choice("gamma", self.gamma, GAMMA_KINDS)
+        _check_choice("exp_temperature", self.exp_temperature, EXP_TEMPERATURES)
         _check_int("expansion", self.expansion, 1)
         _check_int("ns_steps", self.ns_steps, 0)
         _check_int("poly_degree", self.poly_degree, 1)
@@ -163,6 +174,11 @@ class MemoryConfig:
     @property
     def uses_momentum(self) -> bool:
         return self.optimizer in ("momentum", "muon")
+
+    @property
+    def learned_temperature(self) -> bool:
+        """Exp features with a learned temperature tau (params["feature_coeffs"] holds it)."""
+        return self.feature_map == "exp" and self.exp_temperature == "learned"
 
     @property
     def weight_names(self) -> tuple[str, ...]:

@@ -30,7 +30,7 @@ from atlas_kernels.ops.memory.coefficients import (
     window_gates,
 )
 from atlas_kernels.ops.memory.delta import delta_chunk_step
-from atlas_kernels.ops.memory.functional import activation, explicit_features, memory_forward
+from atlas_kernels.ops.memory.functional import activation, exp_kernel, explicit_features, memory_forward
 from atlas_kernels.ops.memory.inputs import OpInputs, prepare_inputs
 from atlas_kernels.ops.memory.params import initial_state
 from atlas_kernels.ops.memory.state import MemoryState, pending_inputs, resume_inputs
@@ -122,19 +122,19 @@ def _cast_state(state: MemoryState, dtype: torch.dtype) -> MemoryState:
 
 
 def _kernel(scores: torch.Tensor, params: dict[str, torch.Tensor], cfg: MemoryConfig) -> torch.Tensor:
-    """phi(x) . phi(y) from x . y: identity, sum_i a_i s^i, or exp(s)."""
+    """phi(x) . phi(y) from x . y: identity, sum_i a_i s^i, or exp(tau s)."""
     if cfg.feature_map == "identity":
         return scores
     if cfg.feature_map == "poly":
         return poly_kernel(scores, params["feature_coeffs"])
-    return torch.exp(scores)
+    return exp_kernel(scores, params, cfg)
 
 
-def _apply_start(name, x_raw, feats, state: MemoryState, cfg: MemoryConfig) -> torch.Tensor:
+def _apply_start(name, x_raw, feats, state: MemoryState, cfg: MemoryConfig, params) -> torch.Tensor:
     """W_0[name] applied to layer inputs [B, H, N, in] -> [B, H, N, out] (dual form for exp first layers)."""
     w = state.weights[name]
     if cfg.feature_map == "exp" and name in cfg.feature_input_weights:
-        return torch.exp(x_raw @ state.kernel_keys.mT) @ w
+        return exp_kernel(x_raw @ state.kernel_keys.mT, params, cfg) @ w
     return feats @ w.mT
 
 
@@ -171,11 +171,11 @@ def _gradient_factors(wk, fk, wv, state, params, cfg):
     Returns ({name: (signal [B, H, W, out], layer input [B, H, W, in] or None for a dual first layer)}, f0).
     """
     if cfg.memory == "linear":
-        f0 = _apply_start("W", wk, fk, state, cfg)
+        f0 = _apply_start("W", wk, fk, state, cfg, params)
         return {"W": (_bias_signal(f0, wv, cfg), fk)}, f0
-    a0 = _apply_start("W2", wk, fk, state, cfg)
+    a0 = _apply_start("W2", wk, fk, state, cfg, params)
     hs = activation(a0, cfg)
-    gate = _apply_start("W3", wk, fk, state, cfg) if cfg.memory == "gated_mlp" else None
+    gate = _apply_start("W3", wk, fk, state, cfg, params) if cfg.memory == "gated_mlp" else None
     h0 = hs * gate if gate is not None else hs
     b0 = h0 @ state.weights["W1"].mT
     if cfg.memory_norm:
@@ -257,10 +257,10 @@ def _decayed(A: torch.Tensor, w: torch.Tensor, name: str, target) -> torch.Tenso
     return A * w + (1.0 - A) * target[name]
 
 
-def _dual_layer(name, x_raw, feats, kmat, C, d, factors, state, cfg, target=None):
+def _dual_layer(name, x_raw, feats, kmat, C, d, factors, state, params, cfg, target=None):
     """W_j x_j = A_j W_0 x_j - P_j S_0 x_j - sum_w C[j, w] e_w (z_w . x_j) for every chunk token j
     (+ (1 - A_j) W_init x_j with a decay target)."""
-    out = d.A.unsqueeze(-1) * _apply_start(name, x_raw, feats, state, cfg)
+    out = d.A.unsqueeze(-1) * _apply_start(name, x_raw, feats, state, cfg, params)
     if target is not None and name in target:
         out = out + (1.0 - d.A).unsqueeze(-1) * (feats @ target[name].mT)
     if cfg.optimizer == "momentum":
@@ -272,13 +272,13 @@ def _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg, target=None)
     C = update_coefficients(d, eta, G, cfg)
     kern = _kernel(qc @ wk.mT, params, cfg)
     if cfg.memory == "linear":
-        y = _dual_layer("W", qc, fq, kern, C, d, factors, state, cfg, target)
+        y = _dual_layer("W", qc, fq, kern, C, d, factors, state, params, cfg, target)
     else:
-        a = _dual_layer("W2", qc, fq, kern, C, d, factors, state, cfg, target)
+        a = _dual_layer("W2", qc, fq, kern, C, d, factors, state, params, cfg, target)
         hs = activation(a, cfg)
         gated = cfg.memory == "gated_mlp"
-        h = hs * _dual_layer("W3", qc, fq, kern, C, d, factors, state, cfg, target) if gated else hs
-        b = _dual_layer("W1", h, h, h @ factors["W1"][1].mT, C, d, factors, state, cfg, target)
+        h = hs * _dual_layer("W3", qc, fq, kern, C, d, factors, state, params, cfg, target) if gated else hs
+        b = _dual_layer("W1", h, h, h @ factors["W1"][1].mT, C, d, factors, state, params, cfg, target)
         if cfg.memory_norm:
             b, _ = _layer_norm_with_grad(b, None, params, cfg)
         y = qc + b if cfg.residual else b

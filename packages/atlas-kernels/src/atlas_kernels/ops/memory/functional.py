@@ -7,6 +7,8 @@ feats [B, H, N, D] = phi(x), weights [B, H, out, in] (or [B, H, N, out, in] for 
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -31,8 +33,41 @@ def explicit_features(
     if cfg.feature_map == "poly":
         poly = poly_features_auto if allow_triton else poly_features
         return poly(x, params["feature_coeffs"], cfg.poly_degree)
-    coeffs = exp_taylor_coeffs(cfg.exp_taylor_degree, x.dtype).to(x.device)
-    return poly_features(x, coeffs, cfg.exp_taylor_degree)
+    coeffs, degree = exp_taylor_features_coeffs(params, cfg, x)
+    return poly_features(x, coeffs, degree)
+
+
+def exp_temperature(params: dict[str, torch.Tensor], cfg: MemoryConfig) -> torch.Tensor | None:
+    """tau of the exp kernel exp(tau x.y): [H] or [1] (broadcast over heads), or None for tau = 1."""
+    return params["feature_coeffs"][..., 0] if cfg.learned_temperature else None
+
+
+def exp_kernel(scores: torch.Tensor, params: dict[str, torch.Tensor], cfg: MemoryConfig) -> torch.Tensor:
+    """exp(tau s) for scores s [B, H, N, M] of unit-norm vectors."""
+    tau = exp_temperature(params, cfg)
+    return torch.exp(scores if tau is None else tau[:, None, None] * scores)
+
+
+def exp_taylor_features_coeffs(
+    params: dict[str, torch.Tensor], cfg: MemoryConfig, like: torch.Tensor
+) -> tuple[torch.Tensor, int]:
+    """Taylor coefficients tau^i / i! ([H, n + 1], or [n + 1] at tau = 1) and the degree n of the oracle's phi*.
+
+    n >= cfg.exp_taylor_degree grows with tau so that the truncation error tau^(n+1) / (n+1)! of unit vectors
+    stays below the documented 1 / (exp_taylor_degree + 1)! (tau = sqrt(Dk) = 2 at Dk = 4: n = 19 for 14).
+    """
+    tau = exp_temperature(params, cfg)
+    n = cfg.exp_taylor_degree
+    base = exp_taylor_coeffs(n, like.dtype).to(like.device)
+    if tau is None:
+        return base, n
+    top = max(float(tau.detach().max()), 1.0)
+    bound = math.lgamma(n + 2)  # -log of the allowed error 1 / (n + 1)!
+    while (n + 1) * math.log(top) - math.lgamma(n + 2) > -bound:
+        n += 1
+    powers = torch.arange(n + 1, device=like.device, dtype=like.dtype)
+    coeffs = tau.to(like.dtype)[..., None] ** powers * exp_taylor_coeffs(n, like.dtype).to(like.device)
+    return coeffs, n
 
 
 def memory_norm(b: torch.Tensor, params: dict[str, torch.Tensor], cfg: MemoryConfig) -> torch.Tensor:

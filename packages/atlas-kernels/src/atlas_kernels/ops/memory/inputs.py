@@ -123,6 +123,8 @@ def expected_param_shapes(cfg: MemoryConfig, H: int, Dk: int, Dv: int, hidden: i
             shapes["ln_bias"] = (H, Dv)
     if cfg.feature_map == "poly":
         shapes["feature_coeffs"] = (H, cfg.poly_degree + 1)
+    if cfg.learned_temperature:
+        shapes["feature_coeffs"] = (H, 1)
     if cfg.feature_map == "exp" and cfg.exp_init_keys > 0:
         shapes["init_keys"] = (H, cfg.exp_init_keys, Dk)
         for name in cfg.feature_input_weights:

@@ -8,7 +8,8 @@ import math
 import torch
 
 from atlas_kernels.config import MemoryConfig
-from atlas_kernels.ops.features import exp_taylor_coeffs, poly_features, poly_init_coeffs
+from atlas_kernels.ops.features import poly_features, poly_init_coeffs
+from atlas_kernels.ops.memory.functional import exp_taylor_features_coeffs
 from atlas_kernels.ops.memory.inputs import expected_param_shapes
 from atlas_kernels.ops.memory.state import MemoryState
 
@@ -24,7 +25,8 @@ def init_memory_params(
     generator: torch.Generator | None = None,
     init_scale: float = 1.0,
 ) -> dict[str, torch.Tensor]:
-    """Fresh parameters for one memory layer: weights ~ N(0, init_scale^2 / fan_in), a_i = 1/i!, LN = (1, 0).
+    """Fresh parameters for one memory layer: weights ~ N(0, init_scale^2 / fan_in), a_i = 1/i!, LN = (1, 0),
+    exp temperature tau = sqrt(key_dim) (see MemoryConfig.exp_temperature).
 
     Returns a dict with exactly the keys `memory_chunk`/`memory_naive` expect (see `expected_param_shapes`).
     """
@@ -32,7 +34,10 @@ def init_memory_params(
     shapes = expected_param_shapes(cfg, num_heads, key_dim, value_dim, hidden)
     params: dict[str, torch.Tensor] = {}
     for name, shape in shapes.items():
-        if name == "feature_coeffs":
+        if name == "feature_coeffs" and cfg.feature_map == "exp":
+            # tau_0 = sqrt(Dk): q.k / sqrt(Dk) of attention on q, k of unit RMS (norm sqrt(Dk)) is sqrt(Dk) cos
+            params[name] = torch.full(shape, math.sqrt(key_dim), dtype=dtype, device=device)
+        elif name == "feature_coeffs":
             params[name] = poly_init_coeffs(cfg.poly_degree, dtype).to(device).expand(shape).clone()
         elif name == "ln_weight":
             params[name] = torch.ones(shape, dtype=dtype, device=device)
@@ -80,8 +85,8 @@ def initial_state(
             out_dim = value_dim if name == "W" else hidden
             values = params[f"init_values.{name}"] if P > 0 else like.new_zeros(H, 0, out_dim)
             if not dual_exp:
-                coeffs = exp_taylor_coeffs(cfg.exp_taylor_degree, like.dtype).to(like.device)
-                values = torch.einsum("hpo,hpd->hod", values, poly_features(keys, coeffs, cfg.exp_taylor_degree))
+                coeffs, degree = exp_taylor_features_coeffs(params, cfg, like)
+                values = torch.einsum("hpo,hpd->hod", values, poly_features(keys, coeffs, degree))
             weights[name] = values.unsqueeze(0).expand(batch_size, *values.shape)
         if dual_exp:
             kernel_keys = keys.unsqueeze(0).expand(batch_size, *keys.shape)

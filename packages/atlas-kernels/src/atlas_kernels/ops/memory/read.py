@@ -8,7 +8,13 @@ from __future__ import annotations
 import torch
 
 from atlas_kernels.config import MemoryConfig
-from atlas_kernels.ops.memory.functional import activation, explicit_features, memory_forward, memory_norm
+from atlas_kernels.ops.memory.functional import (
+    activation,
+    exp_kernel,
+    explicit_features,
+    memory_forward,
+    memory_norm,
+)
 from atlas_kernels.ops.memory.params import initial_state
 from atlas_kernels.ops.memory.state import MemoryState
 
@@ -32,7 +38,8 @@ def memory_read(
         state = initial_state(params, cfg, qh, value_dim, dual_exp=True)
     if cfg.feature_map != "exp" or state.explicit_exp:
         return memory_forward(qh, explicit_features(qh, params, cfg), state.weights, params, cfg).transpose(1, 2)
-    first = {n: torch.exp(qh @ state.kernel_keys.mT) @ state.weights[n] for n in cfg.feature_input_weights}
+    kern = exp_kernel(qh @ state.kernel_keys.mT, params, cfg)
+    first = {n: kern @ state.weights[n] for n in cfg.feature_input_weights}
     if cfg.memory == "linear":
         return first["W"].transpose(1, 2)
     h = activation(first["W2"], cfg)
