@@ -66,7 +66,9 @@ def test_the_whole_dag_produces_reports_and_tracked_runs(finished):
     for fig in ("pretrain_loss", "ablation_window", "ablation_gated_mlp", "niah", "mqar"):
         assert (reports / "figures" / f"{fig}.png").stat().st_size > 1000, fig
     index = (reports / "README.md").read_text()
-    assert "(2 pretraining, 4 ablation cells, 5 evaluations)" in index
+    assert "(2 pretraining, 5 ablation cells, 5 evaluations)" in index
+    ablations = (reports / "ablations.md").read_text()
+    assert re.search(r"^\| memory=linear \|.*\| linear memory \| 21.03 \|", ablations, re.M)  # Table 6's row
 
     results = finished / "results"
     runs = tracking.load_runs(f"sqlite:///{results / 'mlflow.db'}")
@@ -76,7 +78,8 @@ def test_the_whole_dag_produces_reports_and_tracked_runs(finished):
         by_exp.setdefault(run["experiment"], []).append(run)
     assert sorted(r["run_name"] for r in by_exp["pretrain"]) == ["atlas", "transformer_pp"]
     assert {"eval_ppl", "eval_niah", "eval_mqar"} <= set(by_exp)
-    for axis, cells in (("window", {"window~1", "window~2"}), ("gated_mlp", {"memory~mlp", "memory~gated_mlp"})):
+    gated = {"memory~mlp", "memory~gated_mlp", "memory~linear"}
+    for axis, cells in (("window", {"window~1", "window~2"}), ("gated_mlp", gated)):
         parent_id = json.loads((results / "runs" / f"ablation_{axis}" / "parent.json").read_text())["run_id"]
         members = by_exp[f"ablation_{axis}"]
         parent = next(r for r in members if r["run_id"] == parent_id)
