@@ -63,6 +63,9 @@ def test_cluster_profile_dry_runs_with_slurm_and_the_paper_config(tmp_path):
     assert "config/paper.yaml" in res.stdout + res.stderr
     assert "--tracking-uri http://10.0.0.5:5000" in res.stdout  # the shared server reaches every job
     assert "OMP_NUM_THREADS=4 torchrun --standalone --nproc_per_node=8" in res.stdout  # 32 CPUs over 8 ranks
+    # the paper config replaces the embedded one: none of its test limits reaches a paper-scale job
+    assert "lm-eval --checkpoint" in res.stdout and "--max-docs" not in res.stdout
+    assert "--test-examples 128" not in res.stdout
     assert _jobs(res.stdout)["train"] == 13 + 3 + 4 + 6 + 4  # models + the four ablation tables
 
 

@@ -12,6 +12,7 @@ from atlas_kernels.testing import random_inputs, rel_err
 
 H, D, T = 2, 4, 11
 TAU = (1.5, 2.5)  # around the initial sqrt(D) = 2, different per head
+LEARNED = {"exp_temperature": "learned"}  # the default is "fixed" (tau = 1)
 
 
 def _params(cfg, requires_grad=True):
@@ -21,10 +22,10 @@ def _params(cfg, requires_grad=True):
 
 
 CONFIGS = [
-    MemoryConfig(memory="mlp", bias="l2", feature_map="exp", exp_init_keys=2, window=3, chunk_size=1),
-    MemoryConfig(memory="mlp", bias="dot", feature_map="exp", exp_init_keys=2, window=1, chunk_size=4),
-    MemoryConfig(memory="linear", bias="l2", feature_map="exp", exp_init_keys=0, window=2, chunk_size=4),
-    MemoryConfig(memory="gated_mlp", bias="l2", feature_map="exp", exp_init_keys=2, window=2, chunk_size=4),
+    MemoryConfig(memory="mlp", bias="l2", feature_map="exp", exp_init_keys=2, window=3, chunk_size=1, **LEARNED),
+    MemoryConfig(memory="mlp", bias="dot", feature_map="exp", exp_init_keys=2, window=1, chunk_size=4, **LEARNED),
+    MemoryConfig(memory="linear", bias="l2", feature_map="exp", exp_init_keys=0, window=2, chunk_size=4, **LEARNED),
+    MemoryConfig(memory="gated_mlp", bias="l2", feature_map="exp", exp_init_keys=2, window=2, chunk_size=4, **LEARNED),
 ]
 
 

@@ -95,7 +95,7 @@ def test_online_hebbian_exp_memory_is_causal_attention(chunk_size, temperature):
 
 def test_exp_temperature_starts_at_attention_logit_range():
     """tau_0 = sqrt(Dk): exp(tau_0 cos) = exp(q'.k' / sqrt(Dk)) for q', k' of unit RMS (norm sqrt(Dk))."""
-    cfg = MemoryConfig(memory="mlp", bias="dot", feature_map="exp", exp_init_keys=2)
+    cfg = MemoryConfig(memory="mlp", bias="dot", feature_map="exp", exp_init_keys=2, exp_temperature="learned")
     p = init_memory_params(cfg, H, 16, 16, dtype=torch.float64)
     assert torch.equal(p["feature_coeffs"], torch.full((H, 1), 4.0, dtype=torch.float64))
     assert "feature_coeffs" not in init_memory_params(

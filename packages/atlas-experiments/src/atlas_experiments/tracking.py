@@ -1,6 +1,6 @@
 """MLflow tracking: the only module of the project that imports mlflow.
 
-Design for parallel jobs on one machine (shared/docs/ENVIRONMENT.md): the embedded default tracks into a local
+Design for parallel jobs on one machine: the embedded default tracks into a local
 SQLite database, which is not safe for concurrent writers (locked database, racing schema migrations and
 experiment creation). Every MLflow call against a `sqlite:` URI therefore runs under an exclusive cross-process
 file lock (`<db>.lock`, fcntl), and metrics are buffered and written in batches. Against an HTTP tracking server

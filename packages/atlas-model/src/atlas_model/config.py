@@ -10,7 +10,7 @@ A model is a Llama-style stack (pre-RMSNorm, SwiGLU MLP, residuals) whose token 
     mal        a memory layer followed by an SWA layer in every block (Titans MAL)
     mac        memory as context: per segment, memory read-outs are extra keys for attention (Titans MAC)
 
-Every constant the paper leaves open is a field with a documented default (digest, section 6). The class defaults
+Every constant the paper leaves open is a field with a documented default (docs/deviations.md). The class defaults
 are the "atlas" preset at the "tiny" size; use `AtlasConfig.from_preset(name, size, **overrides)` for the others.
 """
 

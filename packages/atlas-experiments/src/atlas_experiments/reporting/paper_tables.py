@@ -1,4 +1,4 @@
-"""The paper's reported numbers (arXiv 2505.23735 v1, as verified in shared/paper/atlas-paper-digest.md section 4).
+"""The paper's reported numbers (arXiv 2505.23735 v1, transcription notes in docs/deviations.md).
 
 Keys are our preset names; values are the table columns. Baseline rows the paper copied from other papers
 are included as printed. Only numbers, no text of the paper.

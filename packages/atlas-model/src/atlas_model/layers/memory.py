@@ -1,6 +1,6 @@
 """The memory token mixer: projections, short convs, gates, the atlas-kernels memory op, normalised gated output.
 
-Per head h (digest section 2.15):
+Per head h (docs/memory-op.md, "The memory layer"):
 
     q, k, v = SiLU(ShortConv(x W_{q,k,v}))            causal depthwise conv of width 4
     q, k    = q / ||q||, k / ||k||

@@ -1,4 +1,4 @@
-"""The chunkwise-parallel memory op (PyTorch), CHUNKWISE.md made code.
+"""The chunkwise-parallel memory op (PyTorch), docs/chunkwise.md made code.
 
 Per chunk of L <= b tokens, with start state (W_0, S_0, halo):
 1. forward the memory at W_0 over the window tokens (halo + chunk) and write every inner gradient in closed

@@ -1,4 +1,4 @@
-"""Coefficient matrices of one chunk (CHUNKWISE.md): window band, gamma gates, decays and momentum.
+"""Coefficient matrices of one chunk (docs/chunkwise.md): window band, gamma gates, decays and momentum.
 
 Chunk tokens are j, n, m = 0..L-1; window tokens are w = 0..h+L-1, the first h being the halo carried from
 the previous chunk (so chunk token n sits at w = h + n). Token n's objective covers the window tokens

@@ -1,6 +1,6 @@
 """The token-by-token recurrence of the memory op: the oracle every fast path is tested against.
 
-It follows DESIGN.md section 2 literally: at every token t the window objective
+It follows the op's definition (docs/memory-op.md) literally: at every token t the window objective
 L_t(W) = sum_{i=t-c+1..t} gamma_i l(f(phi(k_i); W), v_i) (gamma="window": gamma_{t-i}^(t), token t's own
 gate of offset t - i) is differentiated with autograd at the base
 weights, the optimizer updates the weights, and y_t = f(phi(q_t); W_t) is read after the update.
