@@ -18,7 +18,7 @@ from atlas_kernels.ops.memory import (
 )
 from atlas_kernels.ops.newton_schulz import newton_schulz
 
-__version__ = "0.3.1"
+__version__ = "0.4.0"
 
 __all__ = [
     "MemoryConfig",

@@ -16,7 +16,7 @@ from atlas_model.config import AtlasConfig, AtlasConfigError
 from atlas_model.modeling import AtlasForCausalLM, AtlasModel, AtlasPreTrainedModel
 from atlas_model.presets import PAPER_SIZES, PRESET_TABLE, PRESETS, SIZE_TABLE, SIZES
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 AutoConfig.register(AtlasConfig.model_type, AtlasConfig, exist_ok=True)
 AutoModel.register(AtlasConfig, AtlasModel, exist_ok=True)
