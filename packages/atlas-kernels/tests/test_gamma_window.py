@@ -20,10 +20,9 @@ from atlas_kernels import (
     memory_chunk,
     memory_naive,
     memory_naive_chunked,
-    memory_step,
 )
 from atlas_kernels.ops.memory.triton_support import common_unsupported
-from atlas_kernels.testing import random_inputs, rel_err
+from atlas_kernels.testing import assert_pieces_match_one_call, random_inputs, rel_err
 
 H, D = 2, 4
 BASE = [
@@ -162,21 +161,8 @@ SEGMENT_CONFIGS = [
 def test_segments_and_decoding_match_one_call(cfg):
     T = 23
     q, k, v, gates = _window_inputs(T, cfg.window, seed=7)
-    p = _params(cfg)
-    o_full, s_full = memory_chunk(q, k, v, gates, p, cfg)
-    outs, state = [], None
-    for a, b in [(0, 3), (3, 13), (13, 17)]:  # uneven, not aligned with the chunk size
-        seg = {n: g[:, a:b] for n, g in gates.items()}
-        o, state = memory_chunk(q[:, a:b], k[:, a:b], v[:, a:b], seg, p, cfg, state)
-        outs.append(o)
-    for t in range(17, T):
-        o, state = memory_step(q[:, t], k[:, t], v[:, t], {n: g[:, t] for n, g in gates.items()}, p, cfg, state)
-        outs.append(o[:, None])
-    assert rel_err(o_full, torch.cat(outs, 1)) < 1e-12
-    full, pieces = s_full.tensors(), state.tensors()
-    assert full.keys() == pieces.keys()
-    for name in full:
-        assert rel_err(full[name], pieces[name]) < 1e-12, name
+    cuts = [(0, 3), (3, 13), (13, 17)]  # uneven, not aligned with the chunk size
+    assert_pieces_match_one_call(q, k, v, gates, _params(cfg), cfg, cuts, decode_from=17, tol=1e-12)
 
 
 def test_decoding_without_gamma_uses_all_ones():

@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 import torch
 
-from atlas_kernels import memory_chunk, memory_naive_chunked, memory_step
-from atlas_kernels.testing import config_id, random_inputs, rel_err, valid_configs
+from atlas_kernels import memory_chunk, memory_naive_chunked
+from atlas_kernels.testing import assert_pieces_match_one_call, config_id, random_inputs, rel_err, valid_configs
 
 H, D, T = 2, 4, 23
 CONFIGS = [
@@ -47,22 +47,8 @@ def test_segments_and_decoding_match_one_call(cfg):
 
     q, k, v, gates = random_inputs(2, T, H, D, seed=7)
     p = init_memory_params(cfg, H, D, D, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    o_full, s_full = memory_chunk(q, k, v, gates, p, cfg)
-
-    outs, state = [], None
-    for a, b in [(0, 3), (3, 13), (13, 17)]:  # uneven, not aligned with the chunk size
-        o, state = memory_chunk(
-            q[:, a:b], k[:, a:b], v[:, a:b], {n: g[:, a:b] for n, g in gates.items()}, p, cfg, state
-        )
-        outs.append(o)
-    for t in range(17, T):
-        o, state = memory_step(q[:, t], k[:, t], v[:, t], {n: g[:, t] for n, g in gates.items()}, p, cfg, state)
-        outs.append(o[:, None])
-    assert rel_err(o_full, torch.cat(outs, 1)) < 1e-12
-    full, pieces = s_full.tensors(), state.tensors()
-    assert full.keys() == pieces.keys()
-    for name in full:
-        assert rel_err(full[name], pieces[name]) < 1e-12, name
+    cuts = [(0, 3), (3, 13), (13, 17)]  # uneven, not aligned with the chunk size
+    assert_pieces_match_one_call(q, k, v, gates, p, cfg, cuts, decode_from=17, tol=1e-12)
 
 
 def test_naive_chunked_segments_continue_the_same_chunks():

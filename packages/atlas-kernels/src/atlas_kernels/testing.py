@@ -82,3 +82,29 @@ def rel_err(ref: torch.Tensor, out: torch.Tensor) -> float:
     scale = ref.abs().max().item()
     diff = (ref - out).abs().max().item()
     return diff / scale if scale > 0 else diff
+
+
+def assert_pieces_match_one_call(q, k, v, gates, params, cfg: MemoryConfig, cuts, decode_from: int, tol: float):
+    """One `memory_chunk` call over [0, T) against the same sequence run in pieces: `memory_chunk` over each
+    (a, b) of `cuts` (chaining the state), then `memory_step` token by token from `decode_from` to T. Outputs and
+    every final state tensor must agree within `tol` (`rel_err`)."""
+    from atlas_kernels.api import memory_chunk, memory_step
+
+    T = q.shape[1]
+    o_full, s_full = memory_chunk(q, k, v, gates, params, cfg)
+    outs, state = [], None
+    for a, b in cuts:
+        seg = {n: g[:, a:b] for n, g in gates.items()}
+        o, state = memory_chunk(q[:, a:b], k[:, a:b], v[:, a:b], seg, params, cfg, state)
+        outs.append(o)
+    for t in range(decode_from, T):
+        step_gates = {n: g[:, t] for n, g in gates.items()}
+        o, state = memory_step(q[:, t], k[:, t], v[:, t], step_gates, params, cfg, state)
+        outs.append(o[:, None])
+    err = rel_err(o_full, torch.cat(outs, 1))
+    assert err < tol, f"outputs differ: {err:.3e}"
+    full, pieces = s_full.tensors(), state.tensors()
+    assert full.keys() == pieces.keys(), (sorted(full), sorted(pieces))
+    for name in full:
+        err = rel_err(full[name], pieces[name])
+        assert err < tol, f"state {name} differs: {err:.3e}"
