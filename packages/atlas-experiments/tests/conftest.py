@@ -2,39 +2,18 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
-WORDS = (
-    "the river runs past a stone mill where seven millers grind barley wheat and rye while children count "
-    "boats carrying salt north toward cold harbours under grey rain and bright sun"
-).split()
+from atlas_experiments.train import golden
 
 
 @pytest.fixture(scope="session")
 def prepared_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """160 pseudo-sentence documents, BPE vocab 300, prepared once per session (read-only for tests)."""
-    from atlas_data import DataConfig, ShardConfig, SourceConfig, SplitConfig, TokenizerConfig, prepare
-
-    root = tmp_path_factory.mktemp("train-data")
-    corpus = root / "corpus"
-    corpus.mkdir()
-    rng = random.Random(0)
-    for i in range(160):
-        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 80)))
-        (corpus / f"{i:04d}.txt").write_text(f"doc {i}: {words}.", encoding="utf-8")
-    cfg = DataConfig(
-        source=SourceConfig(kind="local", paths=(str(corpus / "*.txt"),)),
-        tokenizer=TokenizerConfig(vocab_size=300, min_frequency=1),
-        split=SplitConfig(validation_fraction=0.1),
-        shards=ShardConfig(shard_tokens=2048),
-        seed=0,
-        workers=1,
-    )
-    prepare(cfg, root / "data", progress=False)
-    return root / "data"
+    """160 pseudo-sentence documents, BPE vocab 300, prepared once per session (read-only for tests); the same
+    recipe as the golden runs (`atlas_experiments.train.golden.prepare_data`)."""
+    return golden.prepare_data(tmp_path_factory.mktemp("train-data"))
 
 
 @pytest.fixture
