@@ -6,7 +6,8 @@ The op is the Miras/ATLAS family in one parametrisation (docs/memory-op.md):
                       mlp     r(x) + g(W1 s(W2 phi(x)))
                       gated   r(x) + g(W1 (s(W2 phi(x)) * (W3 phi(x))))
         r(x) = x when `residual` (the raw, finite input: phi(x) may be wider than the output),
-        g = LayerNorm (affine weights are outer-loop parameters) when `memory_norm`, else identity.
+        g = LayerNorm (affine weights are outer-loop parameters) when `memory_norm`, else identity;
+        norm_placement="readout" drops g from the inner objective and keeps it on the output only.
     bias    l2: 1/2 ||f - v||^2     dot: -<f, v>
     window  L_t(W) = sum_{i=t-c+1..t} gamma_i l(f(k_i; W), v_i)     (c = "global": all i <= t)
         gamma="window" (Eqs. 8-9): L_t(W) = sum_{j=0..c-1} gamma_j^(t) l(f(k_{t-j}; W), v_{t-j}), c gates per step
@@ -32,6 +33,7 @@ OptimizerKind = Literal["gd", "momentum", "muon"]
 FeatureKind = Literal["identity", "poly", "exp"]
 ActivationKind = Literal["gelu", "silu"]
 DecayTarget = Literal["zero", "init"]
+NormPlacement = Literal["inner", "readout"]
 GammaKind = Literal["token", "window"]
 ExpTemperature = Literal["learned", "fixed"]
 
@@ -41,6 +43,7 @@ OPTIMIZER_KINDS = ("gd", "momentum", "muon")
 FEATURE_KINDS = ("identity", "poly", "exp")
 ACTIVATIONS = ("gelu", "silu")
 DECAY_TARGETS = ("zero", "init")
+NORM_PLACEMENTS = ("inner", "readout")
 GAMMA_KINDS = ("token", "window")
 EXP_TEMPERATURES = ("learned", "fixed")
 
@@ -111,6 +114,14 @@ class MemoryConfig:
             exact_delta is exact with either target. Rejected for feature_map="exp" with exp_init_keys > 0
             (the first layer's W_0 lives in dual form); with exp_init_keys = 0 that layer's W_0 is 0 and only
             the explicit layers (W1 of the MLP memories) decay toward their W_0. alpha = 1 makes both equal.
+        norm_placement: where the memory LayerNorm g of `memory_norm` acts (MLP memories). "inner" (default):
+            in the memory itself, f(x) = x + LN(W1 s(W2 x)), both in the inner objective and its gradients and in
+            the retrieval. "readout": the inner loop trains f_inner(x) = x + W1 s(W2 x) (the formula App. E
+            prints next to "layer norm at the end of each chunk") and only the retrieval is normalised,
+            y_t = q_t + LN(W1_t s(W2_t q_t)) with the same affine parameters. A departure from the Miras form,
+            kept as an option: the inner recurrence then has no scale invariance, so its effective step does
+            not grow as alpha < 1 shrinks the weights (benchmarks/grad_growth.md). No effect without
+            `memory_norm` or for linear memory.
         chunk_size: chunk size b of the chunkwise-parallel op (Miras/TNT use 16 or 64).
         gate_eps: alpha and theta are clamped to at least this value before the log of the cumulative
             products of the chunk op (a product of gates below it is treated as zero).
@@ -137,6 +148,7 @@ class MemoryConfig:
     decay_first: bool = False
     exact_delta: bool = False
     decay_target: DecayTarget = "zero"
+    norm_placement: NormPlacement = "inner"
     chunk_size: int = 16
     gate_eps: float = 1e-12
     norm_eps: float = 1e-5
@@ -148,6 +160,7 @@ class MemoryConfig:
         _check_choice("feature_map", self.feature_map, FEATURE_KINDS)
         _check_choice("activation", self.activation, ACTIVATIONS)
         _check_choice("decay_target", self.decay_target, DECAY_TARGETS)
+        _check_choice("norm_placement", self.norm_placement, NORM_PLACEMENTS)
         _check_choice("gamma", self.gamma, GAMMA_KINDS)
         _check_choice("exp_temperature", self.exp_temperature, EXP_TEMPERATURES)
         _check_int("expansion", self.expansion, 1)
@@ -172,6 +185,11 @@ class MemoryConfig:
     @property
     def is_global(self) -> bool:
         return self.window == "global"
+
+    @property
+    def inner_norm(self) -> bool:
+        """The LayerNorm is part of the memory the inner loop trains (not only of its read-out)."""
+        return self.memory_norm and self.norm_placement == "inner"
 
     @property
     def uses_momentum(self) -> bool:

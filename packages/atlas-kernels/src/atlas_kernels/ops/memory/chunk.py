@@ -12,6 +12,8 @@ Per chunk of L <= b tokens, with start state (W_0, S_0, halo):
 Sequences that are not a multiple of b end with a short chunk. The outer backward is autograd's.
 With decay_target="init" every A_j W_0 term (cumulative decay of the chunk-start weights) becomes
 A_j W_0 + (1 - A_j) W_init, W_init the initial weights in `params` (the recurrence then decays toward them).
+With norm_placement="readout" step 1 takes the gradients of the memory without its LayerNorm and step 3 applies
+the LayerNorm to the retrieved branch only.
 """
 
 from __future__ import annotations
@@ -178,13 +180,13 @@ def _gradient_factors(wk, fk, wv, state, params, cfg):
     gate = _apply_start("W3", wk, fk, state, cfg, params) if cfg.memory == "gated_mlp" else None
     h0 = hs * gate if gate is not None else hs
     b0 = h0 @ state.weights["W1"].mT
-    if cfg.memory_norm:
+    if cfg.inner_norm:
         branch, _ = _layer_norm_with_grad(b0, None, params, cfg)
     else:
         branch = b0
     f0 = wk + branch if cfg.residual else branch
     e = _bias_signal(f0, wv, cfg)
-    eb = _layer_norm_with_grad(b0, e, params, cfg)[1] if cfg.memory_norm else e
+    eb = _layer_norm_with_grad(b0, e, params, cfg)[1] if cfg.inner_norm else e
     dh = eb @ state.weights["W1"]
     ds = dh * _activation_grad(a0, cfg)
     factors = {"W1": (eb, h0), "W2": (ds * gate if gate is not None else ds, fk)}

@@ -89,15 +89,18 @@ def memory_forward(
     weights: dict[str, torch.Tensor],
     params: dict[str, torch.Tensor],
     cfg: MemoryConfig,
+    *,
+    inner: bool = False,
 ) -> torch.Tensor:
-    """f(x; W) -> [B, H, N, Dv]."""
+    """f(x; W) -> [B, H, N, Dv]: the read-out, or with `inner` the memory the inner objective sees (the two
+    differ under norm_placement="readout", where the LayerNorm acts on the read-out only)."""
     if cfg.memory == "linear":
         return _apply(weights["W"], feats)
     h = activation(_apply(weights["W2"], feats), cfg)
     if cfg.memory == "gated_mlp":
         h = h * _apply(weights["W3"], feats)
     branch = _apply(weights["W1"], h)
-    if cfg.memory_norm:
+    if cfg.inner_norm if inner else cfg.memory_norm:
         branch = memory_norm(branch, params, cfg)
     return x + branch if cfg.residual else branch
 

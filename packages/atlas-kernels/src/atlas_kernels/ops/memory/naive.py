@@ -14,6 +14,8 @@ Two semantics:
 With decay_first (gated-delta ordering) the base weights are decayed first: alpha_t W_{t-1}, resp.
 (alpha_{t'+1} ... alpha_t) W_{t'}.
 With decay_target="init" every decay a W becomes W_0 + a (W - W_0), W_0 the initial weights of `params`.
+With norm_placement="readout" the window objective differentiates f without its LayerNorm and only the
+read-out y_t applies it.
 With feature_map="exp" the oracle uses explicit truncated-Taylor features of phi* (degree
 cfg.exp_taylor_degree): keep the key dim small (<= 4) and compare at ~1e-8; its state holds explicit
 matrices (`explicit_exp`) and cannot be handed to the chunk op.
@@ -124,9 +126,16 @@ def _step_weights(presence: torch.Tensor, gamma_t: torch.Tensor) -> torch.Tensor
 
 def _window_grads(win_k, win_v, win_g, weights, params, cfg):
     """grad_W sum_i gamma_i l(f(phi(k_i); W), v_i), per batch element and head (weights [B, H, o, i])."""
-    leaves = {n: w if w.requires_grad else w.detach().requires_grad_(True) for n, w in weights.items()}
-    f = memory_forward(win_k, explicit_features(win_k, params, cfg), leaves, params, cfg)
+    # A view made under no_grad of a parameter that requires grad (W_0 expanded over the batch when the op runs
+    # under torch.no_grad) is a leaf that requires grad, but autograd.grad returns the gradient of its base,
+    # summed over the expanded batch: differentiate a detached copy instead.
+    leaves = {n: w if _differentiable(w) else w.detach().requires_grad_(True) for n, w in weights.items()}
+    f = memory_forward(win_k, explicit_features(win_k, params, cfg), leaves, params, cfg, inner=True)
     loss = (win_g * bias_loss(f, win_v, cfg)).sum()
     names = list(leaves)
     grads = torch.autograd.grad(loss, [leaves[n] for n in names], create_graph=True, allow_unused=True)
     return {n: (g if g is not None else torch.zeros_like(leaves[n])) for n, g in zip(names, grads)}
+
+
+def _differentiable(w: torch.Tensor) -> bool:
+    return w.requires_grad and not (w.is_leaf and w._base is not None)

@@ -26,6 +26,11 @@ def common_unsupported(
         return "feature_map", f"feature_map={cfg.feature_map!r} ({op} implements feature_map='identity')"
     if cfg.decay_target not in decay_targets:
         return "decay_target", f"decay_target={cfg.decay_target!r} ({op} decays toward 0 only)"
+    if cfg.norm_placement != "inner":
+        return (
+            "norm_placement",
+            f"norm_placement={cfg.norm_placement!r} ({op} implements the LayerNorm inside the memory)",
+        )
     if cfg.is_global:
         return "window", f"window='global' ({op} implements a finite window c)"
     if cfg.gamma != "token":
