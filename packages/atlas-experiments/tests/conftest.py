@@ -43,3 +43,15 @@ def make_train_dict(data: Path, **over) -> dict:
         else:
             base[key] = value
     return base
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one intra-op thread for the test: on 2 shared cores a second thread mostly waits on the first
+    (several times slower), and one thread also fixes the reduction order."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,13 +52,25 @@ def test_sigkill_then_resume_gives_the_same_losses_bit_for_bit(tmp_path, prepare
         time.sleep(0.002)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert ckpt.latest_checkpoint(run / "checkpoints") is not None
+    latest = ckpt.latest_checkpoint(run / "checkpoints")
+    assert latest is not None
     assert not (run / "checkpoints" / "final").exists()
+    at = ckpt.load_trainer_state(latest)["step"]
+    killed = metrics.read_text().splitlines()
+    log_before = len((run / "train.log").read_text().splitlines())
 
     resumed = _cli("train", "--config", str(cfg), "--out", str(run), "--resume", "auto")
     assert resumed.wait(timeout=300) == 0
     assert _losses(run) == _losses(tmp_path / "ref")  # bit for bit
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == list(range(1, 41))
+    # a restart from step 0 reproduces those losses too (CPU is deterministic); these tell the two apart:
+    # the records up to the checkpoint are the killed process's, byte for byte (tokens_per_s is a timing) ...
+    assert metrics.read_text().splitlines()[:at] == killed[:at]
+    # ... and the resumed process logged its resume and the remaining steps only
+    new_log = (run / "train.log").read_text().splitlines()[log_before:]
+    assert any(f"resumed from {latest} at step {at}" in line for line in new_log)
+    logged = [int(m.group(1)) for line in new_log if (m := re.search(r" step (\d+) loss ", line))]
+    assert logged == list(range(at + 1, 41))
     assert len(ckpt.step_checkpoints(run / "checkpoints")) == 1  # keep_checkpoints
 
 
@@ -125,7 +138,9 @@ def test_too_many_non_finite_steps_stop_the_run_and_keep_the_checkpoint(
     assert MlflowClient(tracking_uri=uri).get_run(run_id).info.status == "FAILED"
 
 
-def test_crash_during_checkpoint_save_leaves_previous_loadable(tmp_path, prepared_data, train_dict, monkeypatch):
+def test_crash_during_checkpoint_save_leaves_previous_loadable(
+    tmp_path, prepared_data, train_dict, monkeypatch, one_thread
+):
     cfg = TrainConfig.from_dict(train_dict(prepared_data, steps=6, checkpoint_interval=2))
     real_save = torch.save
     calls = {"n": 0}
@@ -146,6 +161,21 @@ def test_crash_during_checkpoint_save_leaves_previous_loadable(tmp_path, prepare
     loop.train(cfg, tmp_path / "run")  # resumes from step 2; the stale temp dir is cleaned
     assert not list(root.glob(".tmp-*"))
     assert len(read_metrics(tmp_path / "run" / "metrics.jsonl")) == 6
+    loop.train(cfg, tmp_path / "ref")
+    # the end state equals an uninterrupted run's only if step 2's optimizer moments and loader position came back
+    got, want = (ckpt.load_trainer_state(d / "checkpoints" / "final") for d in (tmp_path / "run", tmp_path / "ref"))
+    assert got["loader"] == want["loader"], "loader position not restored"
+    _assert_same_optimizer_state(got["optimizer"], want["optimizer"])
+    assert _losses(tmp_path / "run") == _losses(tmp_path / "ref")
+
+
+def _assert_same_optimizer_state(got: dict, want: dict) -> None:
+    assert got["param_groups"] == want["param_groups"]
+    assert got["state"].keys() == want["state"].keys()
+    for i, state in want["state"].items():
+        assert state.keys() == got["state"][i].keys()
+        for key, value in state.items():
+            assert torch.equal(got["state"][i][key], value), f"optimizer state {i}.{key} differs: not restored?"
 
 
 def test_tracked_run_logs_params_metrics_and_artifacts(tmp_path, prepared_data, train_dict):
