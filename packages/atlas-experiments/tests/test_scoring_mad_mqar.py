@@ -149,6 +149,9 @@ def test_mqar_best_lr_is_the_highest_mean_earliest_on_ties():
     assert best_lr_run([_mqar_run(1, 0.2), _mqar_run(2, 0.6), _mqar_run(3, 0.4)])["lr"] == 2
     assert best_lr_run([_mqar_run(1, 0.6), _mqar_run(2, 0.6)])["lr"] == 1
     assert best_lr_run([_mqar_run(1, 0.0)])["lr"] == 1
+    nan = float("nan")  # a diverged run never wins, also when it comes first
+    assert best_lr_run([_mqar_run(1, nan), _mqar_run(2, 0.3), _mqar_run(3, 0.1)])["lr"] == 2
+    assert best_lr_run([_mqar_run(1, nan), _mqar_run(2, nan)])["lr"] == 1
 
 
 MQAR_LRS = (1e-3, 3e-3, 1e-2)

@@ -11,6 +11,7 @@ x-axis of the paper's "accuracy per memory size" (Fig. 7), and its accuracy befo
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -126,12 +127,10 @@ def mean_accuracy(scores: Sequence[dict[str, float]]) -> float:
 
 
 def best_lr_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The run of the lr sweep with the best `mean_acc`; the earlier lr on a tie."""
-    best = runs[0]
-    for run in runs[1:]:
-        if run["mean_acc"] > best["mean_acc"]:
-            best = run
-    return best
+    """The run of the lr sweep with the best `mean_acc`; the earlier lr on a tie. A run without a score (NaN: a
+    diverged run) never wins, as in MAD's `best_of_sweep`; when no run has one, the first stands."""
+    valid = [r for r in runs if not math.isnan(r["mean_acc"])]
+    return max(valid, key=lambda r: r["mean_acc"]) if valid else runs[0]
 
 
 def run_mqar(
