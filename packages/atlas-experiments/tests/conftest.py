@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -23,20 +24,10 @@ def train_dict():
 
 
 def make_train_dict(data: Path, **over) -> dict:
-    """A fast TrainConfig mapping: tiny Transformer++ on the CPU in fp32, seq 32, 2 micro-batches of 4 per step."""
-    base = {
-        "model": {"preset": "transformer_pp", "size": "tiny"},
-        "data": {"path": str(data), "seq_len": 32},
-        "global_batch_tokens": 256,
-        "micro_batch": 4,
-        "steps": 8,
-        "seed": 3,
-        "optim": {"lr": 3e-3, "warmup_steps": 2},
-        # "auto" would mean GPU + bf16 on a CUDA host, where the bit-exact and golden-loss comparisons do not hold
-        "device": "cpu",
-        "precision": "fp32",
-        "tracking": {"enabled": False},
-    }
+    """A fast TrainConfig mapping: tiny Transformer++ on the CPU in fp32, seq 32, 2 micro-batches of 4 per step
+    (the golden harness's base run, `golden.BASE`, on the data at `data`)."""
+    base = copy.deepcopy(golden.BASE)
+    base["data"] = {**base["data"], "path": str(data)}
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             base[key] = {**base[key], **value}
