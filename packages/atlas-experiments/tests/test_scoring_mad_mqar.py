@@ -111,8 +111,18 @@ def test_run_mad_best_per_setting_mean_per_task_and_average(monkeypatch):
 
     monkeypatch.setattr(mad, "generate_mad", lambda setting, split, seed: None)
     monkeypatch.setattr(mad, "_train_and_score", fake_train_and_score)
+    sizes = {"m": 100, "zero": 200, "one": 300}
+    monkeypatch.setattr(
+        mad, "memory_sizes", lambda choice, setting, protocol, **kw: {"memory": sizes[choice.name], "state": 7}
+    )
     models = [ModelChoice(name, "atlas") for name in ("m", "zero", "one")]
-    metrics = run_mad(models, protocol, progress=False).metrics
+    result = run_mad(models, protocol, progress=False)
+    metrics = {k: v for k, v in result.metrics.items() if k.startswith("acc")}
+    for name, size in sizes.items():  # every arm's memory size is reported per task, beside its accuracy
+        for task in (ICR, MEM):
+            assert result.metrics[f"memory_size/{name}/{task}"] == size
+            assert result.metrics[f"state_size/{name}/{task}"] == 7
+            assert result.details["memory_size"][name][task]["seq_len"] == protocol.settings(task)[0].seq_len
 
     expected_m = {
         f"acc/m/{ICR}/{labels[ICR][0]}": 0.75,
@@ -190,3 +200,27 @@ def test_run_mqar_reports_the_best_lr_and_its_per_setting_accuracy(monkeypatch):
     assert m["acc_init/m/d=64/len=32/pairs=4"] == 0.25
     assert result.details["table"][0]["best_lr"] == 3e-3
     assert [r["mean_acc"] for r in result.details["runs"]] == pytest.approx([0.375, 0.75, 0.75])
+
+
+def test_mad_memory_sizes_count_the_memory_and_the_whole_state():
+    """Hand-computed at width 16, 2 layers, 4 heads of 4 (T = 64 for the recall baseline): Gated DeltaNet holds one
+    4 x 4 matrix per head and layer (2 * 4 * 16 = 128 floats) and, in its whole state, the q/k/v short-conv tails
+    (2 layers * 3 convs * 16 channels * 3 taps = 288); Transformer++ keeps keys and values of every token."""
+    protocol = MADProtocol(tasks=(ICR,), width=16, layers=2)
+    setting = protocol.settings(ICR)[0]
+    gdn = mad.memory_sizes(ModelChoice("gdn", "gated_deltanet"), setting, protocol, seed=0, device="cpu")
+    assert gdn == {"memory": 2 * 4 * 4 * 4, "state": 2 * 4 * 4 * 4 + 2 * 3 * 16 * 3}
+    attn = mad.memory_sizes(ModelChoice("tpp", "transformer_pp"), setting, protocol, seed=0, device="cpu")
+    assert attn["memory"] >= 2 * 2 * setting.seq_len * 16  # layers x (K, V) x T x width
+
+
+def test_mad_report_shows_each_arms_memory_beside_its_accuracy():
+    from atlas_experiments.reporting.eval_tables import mad_section
+
+    runs = {
+        "atlas": {"mad": {"metrics": {f"acc/atlas/{ICR}": 0.5, f"memory_size/atlas/{ICR}": 6784.0}}},
+        "gdn": {"mad": {"metrics": {f"acc/gdn/{ICR}": 0.25}}},  # tracked before sizes were reported
+    }
+    lines = [ln for ln in mad_section(runs).splitlines() if ln.startswith("| atlas") or ln.startswith("| gdn")]
+    assert lines[0].endswith("| 6784 |") and "memory floats (recall)" in mad_section(runs)
+    assert lines[1].endswith("| – |")

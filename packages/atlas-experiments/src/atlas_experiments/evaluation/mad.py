@@ -34,6 +34,7 @@ from atlas_experiments.evaluation.synthetic_train import (
     lm_forward,
     memory_deviation,
     model_config,
+    state_size,
 )
 
 log = logging.getLogger("atlas.eval")
@@ -162,6 +163,28 @@ class MADProtocol:
         return dev
 
 
+def _model_config(choice: ModelChoice, setting: MADSetting, protocol: MADProtocol):
+    return model_config(
+        choice,
+        vocab_size=setting.vocab_size,
+        width=protocol.width,
+        layers=protocol.layers,
+        heads=protocol.heads,
+        memory_head_dim=protocol.memory_head_dim,
+        memory_expansion=protocol.memory_expansion,
+    )
+
+
+def memory_sizes(
+    choice: ModelChoice, setting: MADSetting, protocol: MADProtocol, *, seed: int, device: torch.device | str
+) -> dict[str, int]:
+    """Floats the model carries after reading the setting's T tokens (batch 1): "memory" (memory weights plus
+    attention keys and values, the memory-size axis of the paper's MQAR figure) and "state" (the whole decoding
+    cache). Arms are compared on a task at equal accuracy cost only when these are known."""
+    model = build_lm(_model_config(choice, setting, protocol), seed, torch.device(device))
+    return state_size(model, setting.seq_len, setting.vocab_size, torch.device(device))
+
+
 def _train_and_score(
     choice: ModelChoice,
     setting: MADSetting,
@@ -175,15 +198,7 @@ def _train_and_score(
     device: torch.device,
     progress: bool,
 ) -> dict[str, Any]:
-    cfg = model_config(
-        choice,
-        vocab_size=setting.vocab_size,
-        width=protocol.width,
-        layers=protocol.layers,
-        heads=protocol.heads,
-        memory_head_dim=protocol.memory_head_dim,
-        memory_expansion=protocol.memory_expansion,
-    )
+    cfg = _model_config(choice, setting, protocol)
     if setting.task == "compression":
         torch.manual_seed(seed)
         model: nn.Module = CompressionModel(cfg, train.seq_len).to(device)
@@ -262,6 +277,14 @@ def run_mad(
                 per_model[choice.name].append({"setting": setting.label, **best})
                 metrics[f"acc/{choice.name}/{task}/{setting.label}"] = best["acc"]
         for choice in models:
+            # at the task's baseline setting (its first): the size the arms are compared at
+            sizes = memory_sizes(choice, settings[0], protocol, seed=seed, device=device)
+            metrics[f"memory_size/{choice.name}/{task}"] = float(sizes["memory"])
+            metrics[f"state_size/{choice.name}/{task}"] = float(sizes["state"])
+            details.setdefault("memory_size", {}).setdefault(choice.name, {})[task] = {
+                "seq_len": settings[0].seq_len,
+                **sizes,
+            }
             rows = per_model[choice.name]
             score, score_macro = task_score(rows)
             scores[choice.name][task] = score

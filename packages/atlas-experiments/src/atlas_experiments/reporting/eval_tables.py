@@ -171,11 +171,17 @@ def mad_section(by_model: dict[str, dict[str, dict]]) -> str:
                if k.startswith("acc/") and k.count("/") == 2 and not k.endswith("/average")}  # fmt: skip
         five = [acc[c] for c in paper_tasks if c in acc]
         avg = sum(five) / len(five) if len(five) == len(paper_tasks) else None
+        # the memory an arm holds (floats after the recall baseline's T tokens): accuracies compare fairly only
+        # beside it
+        memory = next(
+            (v for k, v in m.items() if k.startswith("memory_size/") and k.endswith("/in_context_recall")), None
+        )
         rows.append([name, *[acc.get(c) for c in paper_tasks], avg, acc.get("noisy_icr"),
-                     sum(acc.values()) / len(acc) if acc else None])  # fmt: skip
+                     sum(acc.values()) / len(acc) if acc else None,
+                     int(memory) if memory is not None else None])  # fmt: skip
     if not rows:
         return ""
-    header, rows = _drop_empty(["model", *paper.MAD_COLUMNS, "noisy_icr", "avg all"], rows)
+    header, rows = _drop_empty(["model", *paper.MAD_COLUMNS, "noisy_icr", "avg all", "memory floats (recall)"], rows)
     out = "\n## MAD (Table 4 layout, accuracy %)\n\n" + table(header, rows)
     out += "\nPaper (Table 4, MAD accuracy %):\n\n"
     out += table(["model", *paper.MAD_COLUMNS], [[k, *v] for k, v in paper.TABLE4_MAD.items()])
