@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
@@ -26,23 +25,13 @@ def train_dict():
 def make_train_dict(data: Path, **over) -> dict:
     """A fast TrainConfig mapping: tiny Transformer++ on the CPU in fp32, seq 32, 2 micro-batches of 4 per step
     (the golden harness's base run, `golden.BASE`, on the data at `data`)."""
-    base = copy.deepcopy(golden.BASE)
-    base["data"] = {**base["data"], "path": str(data)}
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            base[key] = {**base[key], **value}
-        else:
-            base[key] = value
-    return base
+    base = golden.merge(golden.BASE, {"data": {"path": str(data)}})
+    return golden.merge(base, over)
 
 
 @pytest.fixture
 def one_thread():
-    """torch on one intra-op thread for the test: on 2 shared cores a second thread mostly waits on the first
-    (several times slower), and one thread also fixes the reduction order."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    """torch on one intra-op thread for the test (`golden.one_thread`): on 2 shared cores a second thread mostly
+    waits on the first (several times slower), and one thread also fixes the reduction order."""
+    with golden.one_thread():
+        yield

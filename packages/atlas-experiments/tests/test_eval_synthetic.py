@@ -16,12 +16,7 @@ from atlas_experiments.evaluation import synthetic_train as st
 FAST = ["--threads", "1", "--no-progress", "--no-track"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _load(path: Path) -> dict:

@@ -19,10 +19,9 @@ from atlas_kernels import (
     memory_chunk,
     memory_naive,
     memory_naive_chunked,
-    memory_step,
 )
 from atlas_kernels.config import MemoryConfigError
-from atlas_kernels.testing import config_id, random_inputs, rel_err
+from atlas_kernels.testing import assert_pieces_match_one_call, config_id, random_inputs, rel_err
 
 H, D = 2, 4
 
@@ -107,21 +106,7 @@ def test_segments_and_decoding_match_one_call(cfg):
     q, k, v, gates = random_inputs(2, T, H, D, seed=5)
     p = _params(cfg)
     with torch.no_grad():
-        o_full, s_full = memory_chunk(q, k, v, gates, p, cfg)
-        outs, state = [], None
-        for a, b in [(0, 3), (3, 9)]:
-            o, state = memory_chunk(
-                q[:, a:b], k[:, a:b], v[:, a:b], {n: g[:, a:b] for n, g in gates.items()}, p, cfg, state
-            )
-            outs.append(o)
-        for t in range(9, T):
-            o, state = memory_step(q[:, t], k[:, t], v[:, t], {n: g[:, t] for n, g in gates.items()}, p, cfg, state)
-            outs.append(o[:, None])
-    assert rel_err(o_full, torch.cat(outs, 1)) < 1e-12
-    full, pieces = s_full.tensors(), state.tensors()
-    assert full.keys() == pieces.keys()
-    for name in full:
-        assert rel_err(full[name], pieces[name]) < 1e-12, name
+        assert_pieces_match_one_call(q, k, v, gates, p, cfg, [(0, 3), (3, 9)], decode_from=9, tol=1e-12)
 
 
 @pytest.mark.parametrize("cfg", [GRID[5], GRID[14], GRID[23], EXTRA[0], EXTRA[1]], ids=config_id)

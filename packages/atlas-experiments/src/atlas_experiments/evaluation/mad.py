@@ -180,7 +180,7 @@ def memory_sizes(
 ) -> dict[str, int]:
     """Floats the model carries after reading the setting's T tokens (batch 1): "memory" (memory weights plus
     attention keys and values, the memory-size axis of the paper's MQAR figure) and "state" (the whole decoding
-    cache). Arms are compared on a task at equal accuracy cost only when these are known."""
+    cache). Accuracies of arms compare fairly only beside these."""
     model = build_lm(_model_config(choice, setting, protocol), seed, torch.device(device))
     return state_size(model, setting.seq_len, setting.vocab_size, torch.device(device))
 

@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from atlas_experiments._io import write_text_atomic
+
 # src/atlas_experiments/train/golden.py -> packages/atlas-experiments/tests/golden (source checkouts only)
 GOLDEN_DIR = Path(__file__).resolve().parents[3] / "tests" / "golden"
 RTOL = 1e-4
@@ -140,7 +142,9 @@ def _fingerprint(data: Path) -> str:
 
 
 @contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
+def one_thread() -> Iterator[None]:
+    """torch on one intra-op thread inside the block: fixes the reduction order, and on 2 shared cores a second
+    thread mostly waits on the first."""
     import torch
 
     before = torch.get_num_threads()
@@ -157,7 +161,7 @@ def run_case(name: str, data: Path, out: Path) -> list[float]:
     from atlas_experiments.train.loop import train
     from atlas_experiments.train.metrics import read_metrics
 
-    with _one_thread():
+    with one_thread():
         train(TrainConfig.from_dict(case_mapping(name, data)), out, resume="never")
     return [r["loss"] for r in read_metrics(out / "metrics.jsonl")]
 
@@ -249,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             print(loss_diff(old, losses))
             changed = bool(mismatch) or old is None or bool(loss_mismatch(old, losses))
             if args.update and changed:
-                path.write_text(json.dumps({**current, "rtol": RTOL, "losses": losses}, indent=1) + "\n")
+                write_text_atomic(path, json.dumps({**current, "rtol": RTOL, "losses": losses}, indent=1) + "\n")
                 print(f"  wrote {path}")
             elif args.update:
                 # within tolerance under the same config: the old bits stay, so reruns leave git clean
