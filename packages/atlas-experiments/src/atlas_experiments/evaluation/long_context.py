@@ -1,0 +1,242 @@
+"""The long-context protocols of `atlas eval`: S-NIAH (RULER's niah_single_1/2/3: accuracy per length x depth and
+a heatmap) and BABILong-style bAbI qa1-qa5 hidden in corpus text (accuracy per length). Each generates the samples
+(`atlas_data.synthetic`), scores them on one loaded model and builds the `EvalResult`; the command writes and
+tracks it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from atlas_experiments.evaluation.protocol import (
+    generation_details,
+    haystack_texts,
+    print_table,
+    scale_deviations,
+    sibling,
+    write_records,
+)
+
+PAPER_NIAH_LENGTHS = (2048, 4096, 8192, 16384)
+DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+BABILONG_LENGTHS = (0, 1024, 2048, 4096, 8192, 16384)
+
+
+# ------------------------------------------------------------------------------------------------------ niah
+
+
+def run_niah_protocol(
+    loaded,
+    specs,
+    *,
+    lengths: list[int],
+    depths: list[float],
+    samples_per_cell: int,
+    scorings: list[str],
+    haystack: str,
+    max_new_tokens: int | None,
+    seed: int,
+    out: str,
+    save_samples: bool,
+    progress: bool,
+):
+    """S-NIAH on the tasks `specs` (`niah.NiahTask`); figures and samples go next to `out`. Prints the accuracy
+    table; returns the result and the first figure (the run's artifact)."""
+    from atlas_data.synthetic import niah
+    from atlas_experiments.evaluation.needle import niah_metrics, plot_niah_heatmap, score_samples
+    from atlas_experiments.evaluation.results import EvalResult
+
+    tok = niah.TextTokenizer(loaded.tokenizer)
+    texts, haystack_desc = (
+        ([], "") if all(s.haystack == "repeat" for s in specs) else haystack_texts(loaded, haystack, max(lengths))
+    )
+    essay = niah.Haystack.from_texts(texts, tok) if texts else None
+
+    t0 = time.perf_counter()
+    samples = []
+    for spec in specs:
+        samples += niah.generate_niah(
+            spec,
+            tok,
+            lengths=lengths,
+            depths=depths,
+            samples_per_cell=samples_per_cell,
+            seed=seed,
+            haystack=essay,
+            tokens_to_generate=max_new_tokens,
+        )
+    gen_seconds = time.perf_counter() - t0
+    records = score_samples(
+        loaded.model,
+        loaded.tokenizer,
+        samples,
+        scorings=scorings,
+        device=loaded.device,
+        judge=lambda s, text: niah.string_match(text, s.answer),
+        max_new_tokens=max_new_tokens,
+        progress=progress,
+        desc="S-NIAH",
+    )
+    metrics = niah_metrics(samples, records, scorings)
+    task_names = [s.name for s in specs]
+    figures = {}
+    for scoring in scorings:
+        prefix = "acc" if scoring == "generate" else "rank_acc"
+        figures[scoring] = str(
+            plot_niah_heatmap(
+                metrics,
+                task_names,
+                lengths,
+                depths,
+                sibling(out, f"_{prefix}_heatmap.png"),
+                prefix=prefix,
+                title=f"S-NIAH accuracy (%), {scoring}, {loaded.short_name}",
+            )
+        )
+    samples_file = str(write_records(sibling(out, "_samples.jsonl"), samples, records)) if save_samples else None
+
+    deviations = scale_deviations(loaded)
+    if essay is not None:
+        deviations.append(f"essay haystack = sentences of the {haystack_desc}, not Paul Graham essays")
+    deviations.append("needle keys from a built-in adjective-noun list (RULER: wonderwords)")
+    if tuple(lengths) != PAPER_NIAH_LENGTHS:
+        deviations.append(f"context lengths {lengths} (paper: 2K/4K/8K/16K; S-NIAH-W up to 8K)")
+    deviations.append(
+        f"fixed depth grid {depths} x {samples_per_cell} samples per cell "
+        "(RULER: 500 samples per length at 40 random depths)"
+    )
+    ttg = {s.name: (max_new_tokens or s.tokens_to_generate) for s in specs}
+    deviations.append(f"generates at most {ttg} new tokens and reserves them in the length budget (RULER: 128)")
+    if "rank" in scorings:
+        deviations.append("rank_acc: answer vs 9 same-type distractors by log-likelihood (not RULER's protocol)")
+    if "generate" not in scorings:
+        deviations.append("no generation: only rank scoring (the paper generates)")
+    wrapped = sum(s.haystack_wrapped for s in samples if s.haystack == "essay")
+    if wrapped:
+        deviations.append(f"{wrapped} essay samples reuse haystack text (the haystack is shorter than the context)")
+    if haystack == "train":
+        deviations.append("haystack text from the training split (seen in training)")
+
+    result = EvalResult(
+        task="niah",
+        model=loaded.name,
+        metrics=metrics,
+        protocol={
+            "tasks": {s.name: s.paper_name for s in specs},
+            "lengths": lengths,
+            "depths": depths,
+            "samples_per_cell": samples_per_cell,
+            "scoring": scorings,
+            "haystack": haystack_desc or "repeat filler only",
+            "tokens_to_generate": ttg,
+            "length_rule": "prompt tokens + tokens to generate <= length",
+            "seed": seed,
+        },
+        deviations=deviations,
+        details=generation_details(loaded, figures, samples_file, samples, records, gen_seconds),
+    )
+    print_table(metrics, "acc" if "generate" in scorings else "rank_acc", task_names, lengths)
+    return result, Path(next(iter(figures.values())))
+
+
+# -------------------------------------------------------------------------------------------------- babilong
+
+
+def run_babilong_protocol(
+    loaded,
+    tasks: list[str],
+    *,
+    lengths: list[int],
+    samples_per_length: int,
+    scorings: list[str],
+    haystack: str,
+    n_facts: int | None,
+    max_new_tokens: int | None,
+    seed: int,
+    out: str,
+    save_samples: bool,
+    progress: bool,
+):
+    """BABILong-style QA on the bAbI `tasks`; figures and samples go next to `out`. Prints the accuracy table;
+    returns the result and the first figure (the run's artifact)."""
+    from atlas_data.synthetic import babilong, niah
+    from atlas_experiments.evaluation.babilong_eval import babilong_judge, babilong_metrics, plot_babilong
+    from atlas_experiments.evaluation.needle import score_samples
+    from atlas_experiments.evaluation.results import EvalResult
+
+    tok = niah.TextTokenizer(loaded.tokenizer)
+    background, haystack_desc = None, "none (facts only)"
+    if any(n > 0 for n in lengths):
+        texts, haystack_desc = haystack_texts(loaded, haystack, max(lengths))
+        background = niah.Haystack.from_texts(texts, tok)
+    ttg = max_new_tokens or 8
+
+    t0 = time.perf_counter()
+    samples = []
+    for task in tasks:
+        samples += babilong.generate_babilong(
+            task,
+            tok,
+            lengths=lengths,
+            samples=samples_per_length,
+            seed=seed,
+            haystack=background,
+            n_facts=n_facts,
+            tokens_to_generate=ttg,
+        )
+    gen_seconds = time.perf_counter() - t0
+    records = score_samples(
+        loaded.model,
+        loaded.tokenizer,
+        samples,
+        scorings=scorings,
+        device=loaded.device,
+        judge=babilong_judge,
+        max_new_tokens=ttg,
+        progress=progress,
+        desc="BABILong",
+    )
+    metrics = babilong_metrics(samples, records, scorings)
+    figures = {}
+    for scoring in scorings:
+        prefix = "acc" if scoring == "generate" else "rank_acc"
+        figures[scoring] = str(
+            plot_babilong(metrics, tasks, lengths, sibling(out, f"_{prefix}.png"), prefix, loaded.short_name)
+        )
+    samples_file = str(write_records(sibling(out, "_samples.jsonl"), samples, records)) if save_samples else None
+
+    deviations = scale_deviations(loaded)
+    deviations += [
+        "no fine-tuning on BABILong (the paper fine-tunes Atlas (MAC) following Kuratov et al. 2024)",
+        "stories generated from bAbI-like templates (qa1-qa5), not the bAbI dataset",
+        f"background text = sentences of the {haystack_desc}, not PG19 books",
+        "plain prompt '<context>\\nQuestion: ...\\nAnswer:' without BABILong's instructions or few-shot examples",
+        f"context lengths {lengths} (paper: up to 10M tokens)",
+    ]
+    if "rank" in scorings:
+        deviations.append("rank_acc: the task's labels ranked by log-likelihood (not BABILong's protocol)")
+    wrapped = sum(s.haystack_wrapped for s in samples)
+    if wrapped:
+        deviations.append(f"{wrapped} samples reuse background text (it is shorter than the context)")
+    if haystack == "train":
+        deviations.append("background text from the training split (seen in training)")
+    result = EvalResult(
+        task="babilong",
+        model=loaded.name,
+        metrics=metrics,
+        protocol={
+            "tasks": tasks,
+            "lengths": lengths,
+            "samples": samples_per_length,
+            "n_facts": n_facts or {t: babilong.DEFAULT_FACTS[t] for t in tasks},
+            "scoring": scorings,
+            "tokens_to_generate": ttg,
+            "judge": "BABILong compare_answers on the first generated line",
+            "haystack": haystack_desc,
+            "seed": seed,
+        },
+        deviations=deviations,
+        details=generation_details(loaded, figures, samples_file, samples, records, gen_seconds),
+    )
+    print_table(metrics, "acc" if "generate" in scorings else "rank_acc", tasks, lengths)
+    return result, Path(next(iter(figures.values())))
