@@ -152,6 +152,14 @@ def test_inconclusive_cases(values, reason):
     assert reason in d.reason
 
 
+def test_one_negative_seed_blocks_holds_despite_a_small_p_value():
+    # mean 0.432 >= delta and p = 0.009 < 0.05, but seed 14 went the other way
+    d = decide(seeds(0.5, 0.6, 0.55, 0.52, -0.01), 0.05)
+    assert d.p_value < ALPHA and d.mean >= 0.05
+    assert d.verdict is Verdict.INCONCLUSIVE
+    assert "mixed signs" in d.reason
+
+
 def test_all_positive_p_value_at_the_boundary():
     # n = 3 needs t > t_{0.95, 2} = 2.92 to hold: t just below misses, just above holds
     for t_target, verdict in ((2.9, Verdict.INCONCLUSIVE), (2.95, Verdict.HOLDS)):

@@ -234,11 +234,23 @@ class ClaimDecision:
         }
 
 
-def judge_claim(claim: Any, values: Mapping[str, Mapping[int, float]]) -> ClaimDecision:
+def judge_claim(
+    claim: Any, values: Mapping[str, Mapping[int, float]], seeds: Iterable[int] | None = None
+) -> ClaimDecision:
     """Apply the rule to every comparison of a loaded claim (`claims.Claim`) given its arms' metric values
-    {arm name: {seed: value}}; errors name the claim."""
+    {arm name: {seed: value}}; errors name the claim. `seeds` (the protocol's pre-registered seeds) makes a missing
+    or an extra seed an error instead of a smaller or larger sample."""
     if not claim.testable:
         raise DecisionError(f"{claim.id}: registered as not testable ({claim.why})")
+    if seeds is not None:
+        want = set(seeds)
+        for arm in dict.fromkeys(name for c in claim.comparisons for name, _ in c.terms):
+            have = set(values.get(arm, {}))
+            if have != want:
+                lacks, extra = sorted(want - have), sorted(have - want)
+                raise SeedMismatchError(
+                    f"{claim.id}: arm {arm!r} lacks registered seed(s) {lacks} and has unregistered seed(s) {extra}"
+                )
     higher = claim.metric.better == "higher"
     decided = []
     for comparison in claim.comparisons:
