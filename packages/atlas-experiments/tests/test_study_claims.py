@@ -57,6 +57,12 @@ def test_repo_claims_load(registry):
         assert (claim.scale == "cluster") <= (not claim.testable)
 
 
+def test_docs_list_every_claim(registry):
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "study.md").read_text(encoding="utf-8")
+    missing = [c.id for c in registry.claims if f"`{c.id}`" not in docs]
+    assert not missing, f"docs/study.md does not list {missing}"
+
+
 def test_every_arm_is_a_real_model_config(registry):
     import atlas_model
 
