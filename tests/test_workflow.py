@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -186,3 +187,24 @@ def test_learnability_is_one_tracked_synthetic_job_before_the_report(extra, opti
     assert f"--out {tmp_path}/results/synthetic/learnability/memory_mlp.json" in command
     assert "--experiment eval_learnability" in command and "--tracking-uri sqlite:///" in command
     assert command.endswith(f"--no-progress {options} > {tmp_path}/results/logs/synthetic/learnability.log 2>&1")
+
+
+def test_tracking_uri_params_hold_no_absolute_path(tmp_path):
+    """Every job gets the tracking URI as the relative SQLite path under `results` (the job resolves it in its
+    working directory), and no TrainConfig carries one: moving the checkout changes none of these parameters."""
+    results = os.path.relpath(tmp_path, ROOT)  # relative, and still outside the checkout
+    res = _snakemake(
+        "-n", "-p", "--config", f"results={results}/results", f"report_dir={results}/reports",
+        env={"MLFLOW_TRACKING_URI": ""},  # unset: the default store, not the caller's server
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    uris = []
+    for line in res.stdout.splitlines():
+        if "--tracking-uri" in line:
+            words = shlex.split(line)
+            uris.append(words[words.index("--tracking-uri") + 1])
+    jobs = _jobs(res.stdout)
+    tracked = ("train", "ablation_parent", "evaluate", "synthetic", "learnability", "report")
+    assert len(uris) == sum(jobs.get(rule, 0) for rule in tracked) and jobs["train"] >= 8
+    assert set(uris) == {f"sqlite:///{results}/results/mlflow.db"}
+    assert all("uri" not in cfg["tracking"] for cfg in _train_configs(res.stdout).values())

@@ -25,9 +25,13 @@ ATLAS = atlas_cli()
 
 
 def tracking_uri():
-    """config tracking.uri, else $MLFLOW_TRACKING_URI (the cluster's shared server), else SQLite under results."""
-    db = RESULTS_ABS / "mlflow.db"
-    return config["tracking"].get("uri") or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{db}"
+    """The `--tracking-uri` of every job: config tracking.uri, else $MLFLOW_TRACKING_URI (the cluster's shared
+    server), else SQLite under results; the rule of `atlas_experiments.tracking`, not a copy of it. A SQLite path
+    stays relative (each job resolves it in its working directory), so moving the checkout changes no rule
+    parameter and reruns nothing."""
+    from atlas_experiments.tracking import resolve_tracking_uri
+
+    return resolve_tracking_uri(config["tracking"].get("uri"), RESULTS, absolute=False)
 
 
 def deep_merge(base, over):
@@ -61,7 +65,7 @@ def run_spec(study, run):
 def train_config(study, run):
     """The resolved TrainConfig mapping of one run (passed to `atlas train` as JSON)."""
     preset, overrides = run_spec(study, run)
-    tracking = {"enabled": True, "uri": tracking_uri(), "experiment": study, "run_name": run}
+    tracking = {"enabled": True, "experiment": study, "run_name": run}  # the store: `--tracking-uri` of the rule
     if study.startswith("ablation_"):
         tracking["parent"] = str(Path(parent_record(study.removeprefix("ablation_"))).resolve())
     cfg = deep_merge(

@@ -10,6 +10,7 @@ rule train:
         atlas=ATLAS,
         # the whole resolved TrainConfig: any changed hyperparameter reruns the job
         config=lambda wc: json.dumps(train_config(wc.study, wc.run), sort_keys=True),
+        uri=tracking_uri(),
         out=lambda wc: run_dir(wc.study, wc.run),
         launcher=config["train"]["launcher"],
         # torchrun starts one process per GPU: split the job's CPU threads between them (from the config, since a
@@ -29,7 +30,7 @@ rule train:
     shell:
         "mkdir -p {params.out} && printf '%s' {params.config:q} > {params.out}/train.json && "
         "OMP_NUM_THREADS={params.omp} {params.launcher} {params.atlas} train --config {params.out}/train.json --out {params.out} --resume auto "
-        "> {log} 2>&1"
+        "--tracking-uri {params.uri:q} > {log} 2>&1"
 
 
 rule pretrain:
@@ -57,7 +58,7 @@ rule ablation_parent:
     conda:
         "../envs/atlas.yaml"
     shell:
-        "{params.atlas} track parent --uri {params.uri:q} --experiment ablation_{wildcards.axis} "
+        "{params.atlas} track parent --tracking-uri {params.uri:q} --experiment ablation_{wildcards.axis} "
         "--name {wildcards.axis} --record {output.record} --params {params.spec:q} --artifact {params.table:q} "
         "> {log} 2>&1"
 

@@ -13,26 +13,28 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
-import platform
 import re
-import subprocess
 import time
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from atlas_experiments._io import write_json_atomic
 
+# The run tags used to live here; callers still find them under `tracking`.
+from atlas_experiments.provenance import PACKAGES as PACKAGES
+from atlas_experiments.provenance import config_sha256 as config_sha256
+from atlas_experiments.provenance import git_state as git_state
+from atlas_experiments.provenance import standard_tags
+
 log = logging.getLogger(__name__)
 
-PACKAGES = ("atlas-kernels", "atlas-model", "atlas-data", "atlas-experiments", "torch", "transformers")
 _BAD_KEY_CHARS = re.compile(r"[^0-9A-Za-z_\-./ ]")
 TRACKING_FILE = "tracking.json"
+DB_FILE = "mlflow.db"  # the default store: SQLite under the results directory
 
 
 def sanitize_key(name: str) -> str:
@@ -40,12 +42,27 @@ def sanitize_key(name: str) -> str:
     return _BAD_KEY_CHARS.sub("_", name)
 
 
-def default_uri(results_root: Path) -> str:
-    return f"sqlite:///{Path(results_root).resolve() / 'mlflow.db'}"
+def resolve_tracking_uri(cli_value: str | None, results_dir: str | Path | None = None, *, absolute: bool = True) -> str:
+    """The tracking URI, the same rule for `atlas train`, every `atlas eval`, `atlas report`, `atlas track` and the
+    workflow: `cli_value` (the `--tracking-uri` flag, or a TrainConfig's `tracking.uri`), else
+    $MLFLOW_TRACKING_URI, else `sqlite:///<results_dir>/mlflow.db` (`results_dir` None: the working directory).
+
+    A relative SQLite path counts from the working directory and is made absolute here, when the job runs, so the
+    run records (`tracking.json`, parent records) name one database wherever they are read from. The workflow
+    resolves with `absolute=False`: its rule parameters keep the relative path, and a moved checkout (or a
+    `--directory` elsewhere) reruns nothing."""
+    uri = cli_value or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(results_dir or '.') / DB_FILE}"
+    return absolute_sqlite_uri(uri) if absolute else uri
 
 
-def resolve_uri(configured: str | None, results_root: Path) -> str:
-    return configured or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(results_root)
+def absolute_sqlite_uri(uri: str) -> str:
+    """`sqlite:///relative/path` -> `sqlite:////abs/path` (against the working directory); any other URI as is."""
+    if not uri.startswith("sqlite:///"):
+        return uri
+    path, sep, query = uri.removeprefix("sqlite:///").partition("?")
+    if not path or path.startswith("/") or path == ":memory:":
+        return uri
+    return f"sqlite:///{Path(path).resolve()}{sep}{query}"
 
 
 def flatten(d: Any, prefix: str = "") -> dict[str, str]:
@@ -57,46 +74,6 @@ def flatten(d: Any, prefix: str = "") -> dict[str, str]:
     else:
         out[prefix[:-1]] = json.dumps(d) if isinstance(d, list | tuple) else str(d)
     return out
-
-
-def config_sha256(config: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
-
-
-def git_state(cwd: Path | None = None) -> tuple[str, bool]:
-    """(commit, dirty) of the working tree, or ('unknown', False) outside git."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10
-        ).stdout.strip()
-        dirty = bool(
-            subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"],
-                cwd=cwd,
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=10,
-            ).stdout.strip()
-        )
-        return commit, dirty
-    except (OSError, subprocess.SubprocessError):
-        return "unknown", False
-
-
-def standard_tags(config: dict[str, Any], world_size: int = 1) -> dict[str, str]:
-    commit, dirty = git_state(Path(__file__).parent)
-    tags = {
-        "git.commit": commit,
-        "git.dirty": str(dirty).lower(),
-        "config.sha256": config_sha256(config),
-        "host": platform.node(),
-        "world_size": str(world_size),
-    }
-    for pkg in PACKAGES:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            tags[f"version.{pkg}"] = metadata.version(pkg)
-    return tags
 
 
 @contextlib.contextmanager

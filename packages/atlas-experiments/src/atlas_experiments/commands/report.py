@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="build markdown reports + figures from MLflow, beside the paper's tables")
     p.add_argument("--out", required=True, help="report directory (e.g. reports/embedded)")
     p.add_argument(
-        "--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or sqlite:///<results>/mlflow.db"
+        "--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or sqlite:///<--results>/mlflow.db"
     )
     p.add_argument("--results", default="results/embedded", help="results root of the default SQLite database")
     p.add_argument("--title", default="ATLAS reproduction")
@@ -27,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from atlas_experiments import tracking
     from atlas_experiments.reporting.build import build_reports
 
-    uri = tracking.resolve_uri(args.tracking_uri, Path(args.results))
+    uri = tracking.resolve_tracking_uri(args.tracking_uri, args.results)
     cells = _cells(args.ablation_cells) if args.ablation_cells else None
     for path in build_reports(uri, args.out, args.title, cells):
         print(path)

@@ -1,4 +1,5 @@
-"""`atlas train --config <file> --out <dir> [--resume auto|never|<checkpoint>] [--set key=value ...]`."""
+"""`atlas train --config <file> --out <dir> [--resume auto|never|<checkpoint>] [--set key=value ...]
+[--tracking-uri URI]`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", default="auto", help="'auto' (newest checkpoint in --out), 'never', or a path")
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. optim.lr=1e-3"
+    )
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow URI, replacing the config's tracking.uri (default: $MLFLOW_TRACKING_URI or "
+        "sqlite:///<dir of --out>/mlflow.db)",
     )
     p.set_defaults(handler=run)
 
@@ -42,6 +49,11 @@ def run(args: argparse.Namespace) -> int:
     from atlas_experiments.train.loop import train
 
     data = apply_overrides(load_mapping(args.config), args.set)
+    if args.tracking_uri:
+        tracking = data.setdefault("tracking", {})
+        if not isinstance(tracking, dict):
+            raise ConfigError(f"tracking: expected a mapping, got {tracking!r}")
+        tracking["uri"] = args.tracking_uri
     cfg = TrainConfig.from_dict(data)
     result = train(cfg, args.out, resume=args.resume)
     logging.getLogger("atlas.train").info(

@@ -66,7 +66,7 @@ def track_result(
     """Log one evaluation as an MLflow run; returns its id (None when tracking is unreachable)."""
     from atlas_experiments import tracking
 
-    uri = tracking.resolve_uri(uri, results_root)
+    uri = tracking.resolve_tracking_uri(uri, results_root)
     all_tags = {
         "task": result.task,
         "model": result.model,

@@ -73,7 +73,8 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    """MLflow tracking. `uri` None: $MLFLOW_TRACKING_URI, else sqlite:///<out>/../mlflow.db (see tracking.py)."""
+    """MLflow tracking. `uri` (or `atlas train --tracking-uri`, which replaces it) None: $MLFLOW_TRACKING_URI, else
+    sqlite:///<out>/../mlflow.db (`tracking.resolve_tracking_uri`)."""
 
     enabled: bool = True
     uri: str | None = None

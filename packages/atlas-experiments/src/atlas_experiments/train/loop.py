@@ -153,7 +153,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
         if info.is_main and cfg.tracking.enabled:
             tracker = tracking.open_tracker(
                 True,
-                tracking.resolve_uri(cfg.tracking.uri, out.parent),
+                tracking.resolve_tracking_uri(cfg.tracking.uri, out.parent),
                 cfg.tracking.experiment,
                 cfg.tracking.run_name or out.name,
                 out,
