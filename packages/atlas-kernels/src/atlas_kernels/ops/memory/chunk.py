@@ -35,7 +35,7 @@ from atlas_kernels.ops.memory.delta import delta_chunk_step
 from atlas_kernels.ops.memory.functional import activation, exp_kernel, explicit_features, memory_forward
 from atlas_kernels.ops.memory.inputs import OpInputs, prepare_inputs
 from atlas_kernels.ops.memory.params import initial_state
-from atlas_kernels.ops.memory.state import MemoryState, pending_inputs, resume_inputs
+from atlas_kernels.ops.memory.state import MemoryState, halo_size, pending_inputs, resume_inputs
 from atlas_kernels.ops.newton_schulz import newton_schulz_auto
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -199,7 +199,7 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
     """One chunk: `xc` holds its L <= b tokens only (see `_split_chunks`)."""
     qc, kc, vc = xc.q, xc.k, xc.v
     alpha, eta, theta = xc.alpha, xc.eta, xc.theta
-    L, h = kc.shape[2], state.halo_k.shape[2]
+    L, halo = kc.shape[2], state.halo_k.shape[2]
     wk = torch.cat([state.halo_k, kc], dim=2)
     wv = torch.cat([state.halo_v, vc], dim=2)
     per_step = cfg.gamma == "window"
@@ -209,14 +209,14 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
     fk = None if exp else explicit_features(wk, params, cfg, allow_triton=True)
     fq = None if exp else explicit_features(qc, params, cfg, allow_triton=True)
 
-    G = window_gates(wg, L, h, cfg, steps=xc.gamma if per_step else None)
+    G = window_gates(wg, L, halo, cfg, steps=xc.gamma if per_step else None)
     d = chunk_decays(alpha, theta, cfg)
     target = _decay_target(params, cfg)
     if cfg.exact_delta:
         beta = eta * (xc.gamma[..., 0] if per_step else xc.gamma)  # c = 1: the token's own gate
         kernel = lambda s: _kernel(s, params, cfg)  # noqa: E731
         W_init = None if target is None else target["W"]
-        y, W = delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk[:, :, h:], kernel, state, cfg, target=W_init)
+        y, W = delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk[:, :, halo:], kernel, state, cfg, target=W_init)
         return y, MemoryState(weights={"W": W}, momentum=None, halo_k=wk[:, :, wk.shape[2] :],
                               halo_v=wv[:, :, wv.shape[2] :], halo_gamma=wg[:, :, wg.shape[2] :])  # fmt: skip
     factors, f0 = _gradient_factors(wk, fk, wv, state, params, cfg)
@@ -227,8 +227,7 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
         momentum = None
     else:
         y, weights, momentum = _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg, target)
-    keep = wk.shape[2] if cfg.is_global else cfg.window - 1
-    cut = wk.shape[2] - keep
+    cut = 0 if cfg.is_global else wk.shape[2] - halo_size(cfg)  # the next chunk's halo: the last c - 1 tokens
     kernel_keys = None
     if exp:
         kernel_keys = torch.cat([state.kernel_keys, kc], dim=2)
@@ -307,17 +306,17 @@ def _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg, target=None)
 def _dual_end_coefficients(state, name, signal, last, A_L):
     """End-of-chunk dual coefficients of an exp first layer: decay the old ones, add -C[L, w] e_w per token.
 
-    Halo tokens already own the last h entries of `kernel_keys` (padding entries get a zero coefficient,
+    Halo tokens already own the last `halo` entries of `kernel_keys` (padding entries get a zero coefficient,
     since their gamma is 0); the chunk's tokens are appended.
     """
     coef = A_L * state.weights[name]
     contrib = -last.unsqueeze(-1) * signal
-    h = state.halo_k.shape[2]
-    n_tail = min(h, coef.shape[2])
+    halo = state.halo_k.shape[2]
+    n_tail = min(halo, coef.shape[2])
     if n_tail > 0:
-        tail = coef[:, :, coef.shape[2] - n_tail :] + contrib[:, :, h - n_tail : h]
+        tail = coef[:, :, coef.shape[2] - n_tail :] + contrib[:, :, halo - n_tail : halo]
         coef = torch.cat([coef[:, :, : coef.shape[2] - n_tail], tail], dim=2)
-    return torch.cat([coef, contrib[:, :, h:]], dim=2)
+    return torch.cat([coef, contrib[:, :, halo:]], dim=2)
 
 
 def _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target=None):

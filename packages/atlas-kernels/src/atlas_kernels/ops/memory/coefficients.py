@@ -1,9 +1,10 @@
 """Coefficient matrices of one chunk (docs/chunkwise.md): window band, gamma gates, decays and momentum.
 
-Chunk tokens are j, n, m = 0..L-1; window tokens are w = 0..h+L-1, the first h being the halo carried from
-the previous chunk (so chunk token n sits at w = h + n). Token n's objective covers the window tokens
-w in [h + n - (c - 1), h + n] (all w <= h + n for the global window), window token w at offset h + n - w from
-n. All matrices are batched [B, H, ...].
+Chunk tokens are j, n, m = 0..L-1; window tokens are w = 0..halo+L-1, the first `halo` being the halo carried
+from the previous chunk (c - 1 tokens, `state.halo_size`; every earlier token for the global window), so chunk token
+n sits at w = halo + n. Token n's objective covers the window tokens w in [halo + n - (c - 1), halo + n] (all
+w <= halo + n for the global window), window token w at offset halo + n - w from n. All matrices are batched
+[B, H, ...].
 """
 
 from __future__ import annotations
@@ -13,28 +14,29 @@ from dataclasses import dataclass
 import torch
 
 from atlas_kernels.config import MemoryConfig
+from atlas_kernels.ops.memory.state import halo_size
 
 
 def window_gates(
-    gamma_w: torch.Tensor, L: int, h: int, cfg: MemoryConfig, steps: torch.Tensor | None = None
+    gamma_w: torch.Tensor, L: int, halo: int, cfg: MemoryConfig, steps: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """The window x gamma coefficients G [B, H, L, h + L] of one chunk.
+    """The window x gamma coefficients G [B, H, L, halo + L] of one chunk.
 
     gamma="token" (steps None): G[n, w] = gamma_w if w is in token n's window else 0, a band times diag(gamma).
     gamma="window": gamma_w is the presence of each window token (0 for padding before the sequence start) and
-    steps [B, H, L, c] the chunk tokens' own gates; G[n, w] = steps[n, h + n - w] gamma_w inside the band, a
-    general L x (h + L) matrix that no longer factors into band x diagonal.
+    steps [B, H, L, c] the chunk tokens' own gates; G[n, w] = steps[n, halo + n - w] gamma_w inside the band, a
+    general L x (halo + L) matrix that no longer factors into band x diagonal.
     """
     n = torch.arange(L, device=gamma_w.device)[:, None]
-    w = torch.arange(h + L, device=gamma_w.device)[None, :]
-    inside = w <= h + n
-    if not cfg.is_global:
-        inside = inside & (w >= h + n - (cfg.window - 1))
+    w = torch.arange(halo + L, device=gamma_w.device)[None, :]
+    inside = w <= halo + n
+    if not cfg.is_global:  # the window reaches halo_size(cfg) = c - 1 tokens back from token n
+        inside = inside & (w >= halo + n - halo_size(cfg))
     G = gamma_w[:, :, None, :] * inside.to(gamma_w.dtype)
     if steps is None:
         return G
-    offset = (h + n - w).clamp(0, steps.shape[-1] - 1)  # outside the band the product with `inside` is 0
-    return G * steps.gather(-1, offset.expand(*steps.shape[:2], L, h + L))
+    offset = (halo + n - w).clamp(0, steps.shape[-1] - 1)  # outside the band the product with `inside` is 0
+    return G * steps.gather(-1, offset.expand(*steps.shape[:2], L, halo + L))
 
 
 def _log_cumprod(g: torch.Tensor, eps: float) -> torch.Tensor:
@@ -76,7 +78,7 @@ def chunk_decays(alpha: torch.Tensor, theta: torch.Tensor, cfg: MemoryConfig) ->
 
 
 def update_coefficients(d: ChunkDecays, eta: torch.Tensor, G: torch.Tensor, cfg: MemoryConfig) -> torch.Tensor:
-    """C[j, w]: W_j = A_j W_0 - P_j S_0 - sum_w C[j, w] u_w (gd, momentum) -> [B, H, L, h + L]."""
+    """C[j, w]: W_j = A_j W_0 - P_j S_0 - sum_w C[j, w] u_w (gd, momentum) -> [B, H, L, halo + L]."""
     etaG = eta.unsqueeze(-1) * G
     if cfg.optimizer == "gd":
         return d.LA @ etaG
@@ -84,6 +86,6 @@ def update_coefficients(d: ChunkDecays, eta: torch.Tensor, G: torch.Tensor, cfg:
 
 
 def momentum_end_coefficients(d: ChunkDecays, eta: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
-    """r[w]: S_L = Th_L S_0 + sum_w r_w u_w for the momentum optimizer -> [B, H, h + L]."""
+    """r[w]: S_L = Th_L S_0 + sum_w r_w u_w for the momentum optimizer -> [B, H, halo + L]."""
     last = d.LTh[..., -1, :]  # Th_L / Th_n
     return ((last * eta).unsqueeze(-2) @ G).squeeze(-2)

@@ -29,7 +29,7 @@ from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.functional import bias_loss, explicit_features, memory_forward
 from atlas_kernels.ops.memory.inputs import prepare_inputs
 from atlas_kernels.ops.memory.params import initial_state
-from atlas_kernels.ops.memory.state import MemoryState, pending_inputs, resume_inputs
+from atlas_kernels.ops.memory.state import MemoryState, halo_size, pending_inputs, resume_inputs
 from atlas_kernels.ops.newton_schulz import newton_schulz
 
 
@@ -62,7 +62,7 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
     W = dict(state.weights)
     S = None if state.momentum is None else dict(state.momentum)
     win_k, win_v, win_g = state.halo_k, state.halo_v, state.halo_gamma
-    keep = None if cfg.is_global else cfg.window - 1
+    halo = None if cfg.is_global else halo_size(cfg)
     outputs = []
     # Split once: indexing the full tensors per token makes the backward zero-fill a length-T gradient per
     # token and input (O(T^2)); the backward of split / unbind concatenates once.
@@ -97,8 +97,8 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
                 else:
                     S = {n: theta * S[n] + grads[n] for n in W}
                     W = {n: kept[n] - eta * newton_schulz(S[n], cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps) for n in W}
-            if keep is not None:
-                start = win_k.shape[2] - keep
+            if halo is not None:
+                start = win_k.shape[2] - halo
                 win_k, win_v, win_g = win_k[:, :, start:], win_v[:, :, start:], win_g[:, :, start:]
             qt = qs[t]
             outputs.append(memory_forward(qt, explicit_features(qt, params, cfg), W, params, cfg))

@@ -11,7 +11,7 @@ from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.features import poly_features, poly_init_coeffs
 from atlas_kernels.ops.memory.functional import exp_taylor_features_coeffs
 from atlas_kernels.ops.memory.inputs import expected_param_shapes
-from atlas_kernels.ops.memory.state import MemoryState
+from atlas_kernels.ops.memory.state import MemoryState, halo_size
 
 
 def init_memory_params(
@@ -91,7 +91,7 @@ def initial_state(
         if dual_exp:
             kernel_keys = keys.unsqueeze(0).expand(batch_size, *keys.shape)
     momentum = {n: torch.zeros_like(w) for n, w in weights.items()} if cfg.uses_momentum else None
-    halo = 0 if cfg.is_global else cfg.window - 1
+    halo = halo_size(cfg)
     return MemoryState(
         weights=weights,
         momentum=momentum,

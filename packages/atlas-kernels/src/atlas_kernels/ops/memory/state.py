@@ -6,7 +6,15 @@ from dataclasses import dataclass
 
 import torch
 
+from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.inputs import GATE_DEFAULTS, GATE_NAMES
+
+
+def halo_size(cfg: MemoryConfig) -> int:
+    """The halo length of a finite window of c tokens: the c - 1 tokens before a chunk (or a decoding step) that
+    its window reaches back into (docs/chunkwise.md#halo). The global window's halo is every past token: 0 at the
+    start of a sequence, growing after."""
+    return 0 if cfg.is_global else cfg.window - 1
 
 
 @dataclass
@@ -20,12 +28,13 @@ class MemoryState:
             keys in `kernel_keys`, i.e. W phi*(x) = sum_n weights[name][n] exp(kernel_keys[n] . x). The naive
             oracle holds them as explicit truncated-Taylor matrices instead (`explicit_exp` = True).
         momentum: S_t by name, same shapes as `weights` (None for optimizer="gd").
-        halo_k, halo_v, halo_gamma: the last c-1 keys [B, H, c-1, Dk], values [B, H, c-1, Dv] and window gates
-            [B, H, c-1] (oldest first). Their gradients are re-evaluated at the next chunk's start weights.
-            Padding at the start of a sequence has gamma = 0. With window="global" they hold every past token.
-            With cfg.gamma="window" the gates live with the step that uses them (each token's c-vector), so
-            halo_gamma is instead the presence of each halo token: 1 for a token of the sequence, 0 for the
-            padding before its start (the only thing later steps need besides k and v).
+        halo_k, halo_v, halo_gamma: the halo, the last `halo = halo_size(cfg)` = c - 1 keys [B, H, halo, Dk],
+            values [B, H, halo, Dv] and window gates [B, H, halo] (oldest first). Their gradients are re-evaluated
+            at the next chunk's start weights. Padding at the start of a sequence has gamma = 0. With
+            window="global" they hold every past token. With cfg.gamma="window" the gates live with the step that
+            uses them (each token's c-vector), so halo_gamma is instead the presence of each halo token: 1 for a
+            token of the sequence, 0 for the padding before its start (the only thing later steps need besides k
+            and v).
         kernel_keys: [B, H, N, Dk] keys of the dual-form weights (exp features only): the P learned initial
             keys followed by every token seen so far.
         explicit_exp: True when exp-feature weights are explicit Taylor matrices (naive oracle state).

@@ -7,10 +7,10 @@ clamped at cfg.gate_eps, decay_first (gd), any chunk size b <= 128, any T, Dk <=
 mlp / gated_mlp memories, muon, poly / exp features, window="global".
 
 Per chunk of L <= b tokens with start weights W (one program per (value block, batch, head), chunks in sequence,
-the state W [BV, Dk] kept in fp32 registers), window tokens w = halo (h = c - 1 tokens before the chunk, read
-from the sequence or from the state's halo) + the chunk:
+the state W [BV, Dk] kept in fp32 registers), window tokens w = halo (the halo = c - 1 tokens before the chunk,
+read from the sequence or from the state's halo) + the chunk:
     la = cumsum log alpha,  A_j = exp(la_j),  LA[j, n] = exp(la_j - la_n) (n <= j)
-    G[n, w] = gamma_w [n <= w - h + (c - 1) ... ] (token n's window), Meta = LA diag(eta), C = Meta G
+    G[n, w] = gamma_w [n <= w <= n + halo] (token n's window), Meta = LA diag(eta), C = Meta G
     y_j = A_j W q_j - sum_w C[j, w] e_w (k_w . q_j),   e_w = W k_w - v_w (l2) | -v_w (dot)
     W_L = A_L W - sum_w C[L, w] e_w k_w^T
 decay_first (l2): e_w^(n) = A_n W k_w - v_w, i.e. C1 = LA diag(eta A) G on W k_w and C2 = LA diag(eta) G on v_w.
@@ -40,7 +40,7 @@ import triton
 
 from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.inputs import prepare_inputs
-from atlas_kernels.ops.memory.state import MemoryState, resume_inputs
+from atlas_kernels.ops.memory.state import MemoryState, halo_size, resume_inputs
 from atlas_kernels.ops.memory.triton_linear_kernels import _linear_bwd_kernel, _linear_fwd_kernel
 from atlas_kernels.ops.memory.triton_support import common_unsupported, window_tail
 from atlas_kernels.ops.triton_common import compute_precision, memory_kernel_compile
@@ -53,7 +53,7 @@ MAX_VALUE_BLOCK = 32
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _blocks(T_chunk: int, NH: int, K: int, V: int, block_v: int | None, prec: str = "ieee"):
+def _blocks(T_chunk: int, halo: int, K: int, V: int, block_v: int | None, prec: str = "ieee"):
     """Tile sizes: chunk BT, halo BH, key BK (whole key dim), value block BV (programs split Dv).
 
     BV defaults to 32 (16 for 3xTF32, whose operands take more shared memory). Measured on sm_90 compiles (bf16,
@@ -62,7 +62,7 @@ def _blocks(T_chunk: int, NH: int, K: int, V: int, block_v: int | None, prec: st
     <= 127 KB at BV = 32 (the 227 KB limit is exceeded with the default 3 stages), and spills fewer registers at 32.
     """
     BT = max(16, triton.next_power_of_2(T_chunk))
-    BH = max(16, triton.next_power_of_2(max(NH, 1)))
+    BH = max(16, triton.next_power_of_2(max(halo, 1)))
     BK = max(16, triton.next_power_of_2(K))
     default_bv = 16 if prec == "tf32x3" else MAX_VALUE_BLOCK
     BV = block_v or min(default_bv, max(16, triton.next_power_of_2(V)))
@@ -79,19 +79,19 @@ def _state_strides(t: torch.Tensor, K: int) -> torch.Tensor:
 
 class LinearMemoryFunction(torch.autograd.Function):
     """Inputs: q, k [B, T, H, Dk]; v [B, T, H, Dv]; alpha, eta, gamma, theta [B, T, H]; W0, S0 [B, H, Dv, Dk];
-    halo_k/v/gamma [B, H, h(, D)]; then the static settings. theta and S0 are read only with momentum.
+    halo_k/v/gamma [B, H, halo(, D)]; then the static settings. theta and S0 are read only with momentum.
     Outputs: y [B, T, H, Dv], W_T, W at the last chunk start, S_T, S at the last chunk start ([B, H, Dv, Dk];
     the two S are empty without momentum)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, alpha, eta, gamma, theta, w0, s0, hk, hv, hg, settings):
+    def forward(ctx, q, k, v, alpha, eta, gamma, theta, w0, s0, halo_k, halo_v, halo_gamma, settings):
         chunk, l2, decay_first, momentum, gate_eps, block_v = settings
         B, T, H, K = k.shape
         V = v.shape[-1]
-        NH = hk.shape[2]
+        halo = halo_k.shape[2]
         NT = triton.cdiv(T, chunk)
         acc_torch, acc, prec = compute_precision(k.dtype, k.device)
-        BT, BH, BK, BV = _blocks(chunk, NH, K, V, block_v, prec)
+        BT, BH, BK, BV = _blocks(chunk, halo, K, V, block_v, prec)
         NV = triton.cdiv(V, BV)
         w0, s0 = _state_strides(w0, K), _state_strides(s0, K)
         y = torch.empty(B, T, H, V, dtype=v.dtype, device=v.device)
@@ -102,14 +102,14 @@ class LinearMemoryFunction(torch.autograd.Function):
         hs0 = torch.empty((B, H, NT, V, K) if momentum else (0,), dtype=acc_torch, device=v.device)
         with memory_kernel_compile(k.device):
             _linear_fwd_kernel[(NV, B * H)](
-                q, k, v, alpha, eta, gamma, theta, hk, hv, hg,
+                q, k, v, alpha, eta, gamma, theta, halo_k, halo_v, halo_gamma,
                 w0, w0.stride(0), w0.stride(1), s0, s0.stride(0), s0.stride(1),
                 y, wt, h0, st, hs0,
-                T, H, K, V, NH, chunk, NT, float(gate_eps),
-                BT=BT, BH=BH, BK=BK, BV=BV, L2=l2, DECAY_FIRST=decay_first, MOMENTUM=momentum, HAS_HALO=NH > 0,
+                T, H, K, V, halo, chunk, NT, float(gate_eps),
+                BT=BT, BH=BH, BK=BK, BV=BV, L2=l2, DECAY_FIRST=decay_first, MOMENTUM=momentum, HAS_HALO=halo > 0,
                 ACC=acc, PREC=prec, num_warps=_num_warps(BT, BK, BV), num_stages=1,
             )  # fmt: skip
-        ctx.save_for_backward(q, k, v, alpha, eta, gamma, theta, hk, hv, hg, h0, hs0)
+        ctx.save_for_backward(q, k, v, alpha, eta, gamma, theta, halo_k, halo_v, halo_gamma, h0, hs0)
         ctx.settings = settings
         ctx.state_dtypes = (w0.dtype, s0.dtype)
         sr = hs0[:, :, NT - 1].clone() if momentum else st
@@ -117,14 +117,14 @@ class LinearMemoryFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, dwt, dwr, dst, dsr):
-        q, k, v, alpha, eta, gamma, theta, hk, hv, hg, h0, hs0 = ctx.saved_tensors
+        q, k, v, alpha, eta, gamma, theta, halo_k, halo_v, halo_gamma, h0, hs0 = ctx.saved_tensors
         chunk, l2, decay_first, momentum, gate_eps, block_v = ctx.settings
         B, T, H, K = k.shape
         V = v.shape[-1]
-        NH = hk.shape[2]
+        halo = halo_k.shape[2]
         NT = triton.cdiv(T, chunk)
         acc_torch, acc, prec = compute_precision(k.dtype, k.device)
-        BT, BH, BK, BV = _blocks(chunk, NH, K, V, block_v, prec)
+        BT, BH, BK, BV = _blocks(chunk, halo, K, V, block_v, prec)
         NV = triton.cdiv(V, BV)
         dev = k.device
         if dy is None:
@@ -136,10 +136,10 @@ class LinearMemoryFunction(torch.autograd.Function):
         dgates = torch.empty(4 if momentum else 3, NV, B, T, H, dtype=acc_torch, device=dev)
         dw0 = torch.empty(B, H, V, K, dtype=acc_torch, device=dev)
         ds0 = torch.empty((B, H, V, K) if momentum else (1,), dtype=acc_torch, device=dev)
-        nh = max(NH, 1)
-        dhk = torch.empty(NV, B, NT, nh, H, K, dtype=acc_torch, device=dev)
-        dhv = torch.empty(B, NT, nh, H, V, dtype=acc_torch, device=dev)
-        dhg = torch.empty(NV, B, NT, nh, H, dtype=acc_torch, device=dev)
+        rows = max(halo, 1)  # a one-row placeholder without a halo
+        dhalo_k = torch.empty(NV, B, NT, rows, H, K, dtype=acc_torch, device=dev)
+        dhalo_v = torch.empty(B, NT, rows, H, V, dtype=acc_torch, device=dev)
+        dhalo_gamma = torch.empty(NV, B, NT, rows, H, dtype=acc_torch, device=dev)
         has = [
             g is not None and momentum_ok
             for g, momentum_ok in ((dwt, True), (dwr, True), (dst, momentum), (dsr, momentum))
@@ -147,30 +147,30 @@ class LinearMemoryFunction(torch.autograd.Function):
         dwt_c, dwr_c, dst_c, dsr_c = (g.contiguous() if h else dw0 for g, h in zip((dwt, dwr, dst, dsr), has))
         with memory_kernel_compile(k.device):
             _linear_bwd_kernel[(NV, B * H)](
-                q, k, v, alpha, eta, gamma, theta, hk, hv, hg, h0, hs0, dy, dwt_c, dwr_c, dst_c, dsr_c,
+                q, k, v, alpha, eta, gamma, theta, halo_k, halo_v, halo_gamma, h0, hs0, dy, dwt_c, dwr_c, dst_c, dsr_c,
                 dq, dk, dv, dgates[0], dgates[1], dgates[2], dgates[3] if momentum else dgates[2], dw0, ds0,
-                dhk, dhv, dhg,
-                B, T, H, K, V, NH, chunk, NT, float(gate_eps),
-                BT=BT, BH=BH, BK=BK, BV=BV, L2=l2, DECAY_FIRST=decay_first, MOMENTUM=momentum, HAS_HALO=NH > 0,
+                dhalo_k, dhalo_v, dhalo_gamma,
+                B, T, H, K, V, halo, chunk, NT, float(gate_eps),
+                BT=BT, BH=BH, BK=BK, BV=BV, L2=l2, DECAY_FIRST=decay_first, MOMENTUM=momentum, HAS_HALO=halo > 0,
                 HAS_DWT=has[0], HAS_DWR=has[1], HAS_DST=has[2], HAS_DSR=has[3], ACC=acc, PREC=prec,
                 num_warps=_num_warps(BT, BK, BV), num_stages=1,
             )  # fmt: skip
         dq, dk, dgates = dq.sum(0), dk.sum(0), dgates.sum(1)
         dhalo = [None, None, None]
-        if NH > 0:
+        if halo > 0:
             # window tokens of chunk i's halo sit at extended positions i * chunk + r (the extended sequence is
             # the incoming halo followed by the T tokens)
-            index = (torch.arange(NT, device=dev)[:, None] * chunk + torch.arange(NH, device=dev)[None, :]).flatten()
+            index = (torch.arange(NT, device=dev)[:, None] * chunk + torch.arange(halo, device=dev)[None, :]).flatten()
             parts = (
-                (dk, dhk.sum(0).reshape(B, NT * NH, H, K)),
-                (dv, dhv.reshape(B, NT * NH, H, V)),
-                (dgates[2], dhg.sum(0).reshape(B, NT * NH, H)),
+                (dk, dhalo_k.sum(0).reshape(B, NT * halo, H, K)),
+                (dv, dhalo_v.reshape(B, NT * halo, H, V)),
+                (dgates[2], dhalo_gamma.sum(0).reshape(B, NT * halo, H)),
             )
             for slot, (dseq, dhal) in enumerate(parts):
-                ext = torch.zeros(B, NH + T, *dseq.shape[2:], dtype=acc_torch, device=dev)
+                ext = torch.zeros(B, halo + T, *dseq.shape[2:], dtype=acc_torch, device=dev)
                 ext.index_add_(1, index, dhal)
-                dseq += ext[:, NH:]
-                dhalo[slot] = ext[:, :NH].transpose(1, 2).to(hk.dtype if slot < 2 else hg.dtype)
+                dseq += ext[:, halo:]
+                dhalo[slot] = ext[:, :halo].transpose(1, 2).to(halo_k.dtype if slot < 2 else halo_gamma.dtype)
         w0_dtype, s0_dtype = ctx.state_dtypes
         return (
             dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype),
@@ -208,23 +208,23 @@ def memory_chunk_triton(q, k, v, gates, params, cfg: MemoryConfig, state: Memory
     x = prepare_inputs(q, k, v, gates, params, cfg)  # validation (names the offending argument)
     B, H, T, K, V = x.shape
     acc_torch = compute_precision(k.dtype)[0]
-    NH = cfg.window - 1
+    halo = halo_size(cfg)
     momentum = cfg.optimizer == "momentum"
     if state is None:
         w0 = params["W"].unsqueeze(0).expand(B, *params["W"].shape)
         s0 = w0.new_zeros(B, H, V, K) if momentum else w0
-        hk = k.new_zeros(B, H, NH, K, dtype=acc_torch)
-        hv = k.new_zeros(B, H, NH, V, dtype=acc_torch)
-        hg = k.new_zeros(B, H, NH, dtype=acc_torch)
+        halo_k = k.new_zeros(B, H, halo, K, dtype=acc_torch)
+        halo_v = k.new_zeros(B, H, halo, V, dtype=acc_torch)
+        halo_gamma = k.new_zeros(B, H, halo, dtype=acc_torch)
     else:
         if state.kernel_keys is not None or state.explicit_exp or (state.momentum is None) == momentum:
             raise ValueError(f"state: not a state of linear memory with optimizer={cfg.optimizer!r}")
         w0 = state.weights["W"]
         s0 = state.momentum["W"] if momentum else w0
-        hk, hv, hg = state.halo_k, state.halo_v, state.halo_gamma
-        if hk.shape[2] != NH:
-            raise ValueError(f"state: halo of {hk.shape[2]} tokens, expected window - 1 = {NH}")
-    hk, hv, hg = hk.contiguous(), hv.contiguous(), hg.contiguous()
+        halo_k, halo_v, halo_gamma = state.halo_k, state.halo_v, state.halo_gamma
+        if halo_k.shape[2] != halo:
+            raise ValueError(f"state: halo of {halo_k.shape[2]} tokens, expected window - 1 = {halo}")
+    halo_k, halo_v, halo_gamma = halo_k.contiguous(), halo_v.contiguous(), halo_gamma.contiguous()
     names = ("alpha", "eta", "gamma", "theta")
     alpha, eta, gamma, theta = (getattr(x, n).transpose(1, 2).contiguous() for n in names)
     qc, kc, vc = q.contiguous(), k.contiguous(), v.contiguous()
@@ -241,16 +241,16 @@ def memory_chunk_triton(q, k, v, gates, params, cfg: MemoryConfig, state: Memory
             block_v,
         )
         y, wt, wr, st, sr = LinearMemoryFunction.apply(
-            qc, kc, vc, alpha, eta, gamma, theta, w0, s0, hk, hv, hg, settings
+            qc, kc, vc, alpha, eta, gamma, theta, w0, s0, halo_k, halo_v, halo_gamma, settings
         )
 
     def _state(end, W, S):
         return MemoryState(
             weights={"W": W},
             momentum={"W": S} if momentum else None,
-            halo_k=window_tail(kc, hk, end, NH).to(acc_torch),
-            halo_v=window_tail(vc, hv, end, NH).to(acc_torch),
-            halo_gamma=window_tail(gamma, hg, end, NH).to(acc_torch),
+            halo_k=window_tail(kc, halo_k, end, halo).to(acc_torch),
+            halo_v=window_tail(vc, halo_v, end, halo).to(acc_torch),
+            halo_gamma=window_tail(gamma, halo_gamma, end, halo).to(acc_torch),
         )
 
     new_state = _state(T, wt, st)

@@ -1,6 +1,9 @@
 """Triton kernels of the chunkwise linear memory: the forward and the hand-written backward, with the jit helpers
-they share (window loading, decay/window coefficients, momentum coefficients). The math, layouts and precision
-policy are documented in `triton_linear.py`, which launches them.
+they share (loading a chunk and its halo, the chunk's coefficients, one part of the window forward and back). The
+math, layouts and precision policy are documented in `triton_linear.py`, which launches them.
+
+The window of a chunk is handled in two parts with the same code: the chunk's own tokens (suffix c below) and the
+HALO = c - 1 halo tokens before it (suffix h), each with its own tile of keys, values and gates.
 """
 
 from __future__ import annotations
@@ -8,6 +11,19 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from atlas_kernels.ops.memory.triton_stages import (
+    chunk_span,
+    load_gates,
+    load_rows,
+    load_window_gate,
+    load_window_rows,
+    log_decay,
+    log_decay_bwd,
+    momentum_decay,
+    store_rows,
+    window_band,
+    window_source,
+)
 from atlas_kernels.ops.triton_common import dot
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -16,86 +32,176 @@ from atlas_kernels.ops.triton_common import dot
 
 
 @triton.jit
-def _load_window(
-    q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, hk_ptr, hv_ptr, hg_ptr,
-    i_b, i_h, i_v, s, L, T, H, K, V, NH,
-    BT: tl.constexpr, BH: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    ACC: tl.constexpr, HAS_HALO: tl.constexpr,
+def _load_chunk(
+    q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
+    i_b, i_h, s, tok, valid, T, H, K, V, HALO, rk, rv,
+    BH: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    MOMENTUM: tl.constexpr, HAS_HALO: tl.constexpr, ACC: tl.constexpr,
 ):  # fmt: skip
-    """The chunk's q, k, v, gates and the halo's k, v, gamma (masked entries: 0, alpha 1)."""
-    rows = tl.arange(0, BT)
-    rk = tl.arange(0, BK)
-    rv = i_v * BV + tl.arange(0, BV)
-    valid = rows < L
-    tok = (i_b * T + s + rows).to(tl.int64) * H + i_h
-    mk = valid[:, None] & (rk[None, :] < K)
-    mv = valid[:, None] & (rv[None, :] < V)
-    q = tl.load(q_ptr + tok[:, None] * K + rk[None, :], mask=mk, other=0.0).to(ACC)
-    k = tl.load(k_ptr + tok[:, None] * K + rk[None, :], mask=mk, other=0.0).to(ACC)
-    v = tl.load(v_ptr + tok[:, None] * V + rv[None, :], mask=mv, other=0.0).to(ACC)
-    alpha = tl.load(a_ptr + tok, mask=valid, other=1.0).to(ACC)
-    eta = tl.load(e_ptr + tok, mask=valid, other=0.0).to(ACC)
+    """The chunk's q, k, v and gates, and the halo's k, v, gamma (read from the sequence, or from the incoming
+    state before the sequence start; all zero without a halo)."""
+    q = load_rows(q_ptr, tok, valid, rk, K, ACC)
+    k = load_rows(k_ptr, tok, valid, rk, K, ACC)
+    v = load_rows(v_ptr, tok, valid, rv, V, ACC)
+    alpha, eta, theta = load_gates(a_ptr, e_ptr, th_ptr, tok, valid, MOMENTUM, ACC)
     gamma = tl.load(g_ptr + tok, mask=valid, other=0.0).to(ACC)
     if HAS_HALO:
         hr = tl.arange(0, BH)
-        hpos = s - NH + hr
-        in_seq = (hr < NH) & (hpos >= 0)
-        in_state = (hr < NH) & (hpos < 0)
-        htok = (i_b * T + hpos).to(tl.int64) * H + i_h
-        sidx = ((i_b * H + i_h) * NH + s + hr).to(tl.int64)
-        kmask = rk[None, :] < K
-        vmask = rv[None, :] < V
-        kh = tl.load(k_ptr + htok[:, None] * K + rk[None, :], mask=in_seq[:, None] & kmask, other=0.0).to(ACC)
-        kh += tl.load(hk_ptr + sidx[:, None] * K + rk[None, :], mask=in_state[:, None] & kmask, other=0.0).to(ACC)
-        vh = tl.load(v_ptr + htok[:, None] * V + rv[None, :], mask=in_seq[:, None] & vmask, other=0.0).to(ACC)
-        vh += tl.load(hv_ptr + sidx[:, None] * V + rv[None, :], mask=in_state[:, None] & vmask, other=0.0).to(ACC)
-        gh = tl.load(g_ptr + htok, mask=in_seq, other=0.0).to(ACC)
-        gh += tl.load(hg_ptr + sidx, mask=in_state, other=0.0).to(ACC)
+        htok, sidx, in_seq, in_state = window_source(hr, s, HALO, T, H, HALO, i_b, i_h)
+        halo_k = load_window_rows(k_ptr, halo_k_ptr, htok, sidx, in_seq, in_state, rk, K, ACC)
+        halo_v = load_window_rows(v_ptr, halo_v_ptr, htok, sidx, in_seq, in_state, rv, V, ACC)
+        halo_gamma = load_window_gate(g_ptr, halo_gamma_ptr, htok, sidx, in_seq, in_state, ACC)
     else:
-        kh = tl.zeros((BH, BK), dtype=ACC)
-        vh = tl.zeros((BH, BV), dtype=ACC)
-        gh = tl.zeros((BH,), dtype=ACC)
-    return q, k, v, alpha, eta, gamma, kh, vh, gh
+        halo_k = tl.zeros((BH, BK), dtype=ACC)
+        halo_v = tl.zeros((BH, BV), dtype=ACC)
+        halo_gamma = tl.zeros((BH,), dtype=ACC)
+    return q, k, v, alpha, eta, theta, gamma, halo_k, halo_v, halo_gamma
 
 
 @triton.jit
-def _coefficients(alpha, eta, gamma, gh, NH, gate_eps, BT: tl.constexpr, BH: tl.constexpr):
-    """Decays and window gates of one chunk.
-
-    Returns la [BT], A [BT], LA [BT, BT], E [BT] = A_L / A_n, band_c [BT, BT], band_h [BT, BH], Gc, Gh.
-    """
+def _coefficients(
+    alpha, eta, theta, gamma, halo_gamma, last, HALO, gate_eps,
+    BT: tl.constexpr, BH: tl.constexpr, MOMENTUM: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """Decays and window coefficients of one chunk: A [BT], A_L, LA [BT, BT], E [BT] = A_L / A_n; the window bands
+    and gates of the chunk columns (band_c, Gc [BT, BT]) and the halo columns (band_h, Gh [BT, BH]); Meta and wl,
+    with C = Meta G and C[L - 1, w] = sum_n wl_n G[n, w]. With momentum also rr (S_L = Th_L S_0 + sum_w r_w u_w,
+    r_w = sum_n rr_n G[n, w]), P, P_L, Th_L and the factors the backward needs: Th, LT, Q, qL = Q[L - 1, :], ET
+    (`momentum_decay`); without momentum those are placeholders, never read."""
     rows = tl.arange(0, BT)
-    la = tl.cumsum(tl.log(tl.maximum(alpha, gate_eps)), axis=0)
-    A = tl.exp(la)
-    la_last = tl.sum(tl.log(tl.maximum(alpha, gate_eps)), axis=0)
-    lower = rows[None, :] <= rows[:, None]
-    LA = tl.exp(tl.where(lower, la[:, None] - la[None, :], float("-inf")))
-    E = tl.exp(la_last - la)
-    # chunk token n's window covers chunk tokens n' in [n - h, n] and halo entries i >= n (i < h)
-    band_c = lower & (rows[None, :] >= rows[:, None] - NH)
     hr = tl.arange(0, BH)
-    band_h = (hr[None, :] >= rows[:, None]) & (hr[None, :] < NH)
+    la, la_last, LA = log_decay(alpha, rows, gate_eps)
+    A = tl.exp(la)
+    E = tl.exp(la_last - la)
+    A_L = tl.sum(tl.where(last, A, 0.0), axis=0)
+    band_c = window_band(rows, rows + HALO, HALO)
+    band_h = window_band(rows, hr, HALO) & (hr[None, :] < HALO)
     Gc = tl.where(band_c, gamma[None, :], 0.0)
-    Gh = tl.where(band_h, gh[None, :], 0.0)
-    return la, A, LA, E, band_c, band_h, Gc, Gh
+    Gh = tl.where(band_h, halo_gamma[None, :], 0.0)
+    if MOMENTUM:
+        Th, LT, Q, P, ET, Th_L = momentum_decay(theta, LA, rows, gate_eps, PREC)
+        qL = tl.sum(tl.where(last[:, None], Q, 0.0), axis=0)
+        Meta = Q * eta[None, :]
+        wl = qL * eta
+        rr = ET * eta
+        P_L = tl.sum(tl.where(last, P, 0.0), axis=0)
+    else:
+        Meta = LA * eta[None, :]
+        wl = E * eta
+        Th, LT, Q, P, ET, Th_L, qL, rr, P_L = E, LA, LA, E, E, A_L, E, E, A_L
+    return A, A_L, LA, E, band_c, band_h, Gc, Gh, Meta, wl, rr, P, P_L, Th_L, Th, LT, Q, qL, ET
 
 
 @triton.jit
-def _momentum_coefficients(theta, LA, last, gate_eps, BT: tl.constexpr, PREC: tl.constexpr):
-    """Momentum decays of one chunk: Th [BT] = cumprod theta, LT [BT, BT] = Th_m / Th_n, Q = LA LT (so that
-    C = Q diag(eta) G), P = LA Th (the share of S_0 in W_j), qL = Q[L - 1, :], ET = Th_L / Th_n and Th_L."""
-    rows = tl.arange(0, BT)
-    logt = tl.log(tl.maximum(theta, gate_eps))
-    lt = tl.cumsum(logt, axis=0)
-    lt_last = tl.sum(logt, axis=0)
-    Th = tl.exp(lt)
-    lower = rows[None, :] <= rows[:, None]
-    LT = tl.exp(tl.where(lower, lt[:, None] - lt[None, :], float("-inf")))
-    Q = dot(LA, LT, PREC)
-    P = tl.sum(LA * Th[None, :], axis=1)
-    qL = tl.sum(tl.where(last[:, None], Q, 0.0), axis=0)
-    ET = tl.exp(lt_last - lt)
-    return lt, Th, LT, Q, P, qL, ET, tl.exp(lt_last)
+def _bias_signal(kw, vw, W, L2: tl.constexpr, PREC: tl.constexpr):
+    """e_w = W k_w - v_w (l2) | -v_w (dot): the inner loss's derivative at the chunk-start weights."""
+    if L2:
+        return dot(kw, tl.trans(W), PREC) - vw
+    else:
+        return -vw
+
+
+@triton.jit
+def _part_fwd(
+    q, kw, vw, G, Meta, wl, rr, A, W,
+    L2: tl.constexpr, DECAY_FIRST: tl.constexpr, MOMENTUM: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """One part of the window (the chunk's tokens or the halo) in the forward: its term of the read-out y, of upd
+    (W_L = A_L W (- P_L S) - upd) and of mom (S_L = Th_L S + mom; a placeholder without momentum)."""
+    C = dot(Meta, G, PREC)
+    Kw = dot(q, tl.trans(kw), PREC)
+    cl = tl.sum(wl[:, None] * G, axis=0)
+    if DECAY_FIRST:
+        C1 = dot(Meta * A[None, :], G, PREC)
+        c1l = tl.sum((wl * A)[:, None] * G, axis=0)
+        f0 = dot(kw, tl.trans(W), PREC)
+        y = -dot(C1 * Kw, f0, PREC) + dot(C * Kw, vw, PREC)
+        upd = dot(tl.trans(c1l[:, None] * f0 - cl[:, None] * vw), kw, PREC)
+        mom = upd
+    else:
+        e = _bias_signal(kw, vw, W, L2, PREC)
+        y = -dot(C * Kw, e, PREC)
+        upd = dot(tl.trans(cl[:, None] * e), kw, PREC)
+        mom = upd
+        if MOMENTUM:
+            r = tl.sum(rr[:, None] * G, axis=0)
+            mom = dot(tl.trans(r[:, None] * e), kw, PREC)
+    return y, upd, mom
+
+
+@triton.jit
+def _part_bwd(
+    dq, dW0, q, kw, vw, G, band, Meta, wl, rr, A, W, dW, dS, dy,
+    L2: tl.constexpr, DECAY_FIRST: tl.constexpr, MOMENTUM: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """Backward of `_part_fwd`: dq and dW0 with this part's terms added; the part's dk, dv and dgamma; its terms of
+    the coefficients' gradients dMeta and dwl, and of dMeta1 and dwl1 (decay_first; Meta1 = Meta diag(A),
+    wl1 = wl A) or drr (momentum), placeholders otherwise."""
+    C = dot(Meta, G, PREC)
+    Kw = dot(q, tl.trans(kw), PREC)
+    cl = tl.sum(wl[:, None] * G, axis=0)
+    kdW = dot(kw, tl.trans(dW), PREC)  # [BW, BV]: rows dW k_w
+    if DECAY_FIRST:
+        Meta1 = Meta * A[None, :]
+        wl1 = wl * A
+        C1 = dot(Meta1, G, PREC)
+        c1l = tl.sum(wl1[:, None] * G, axis=0)
+        f0 = dot(kw, tl.trans(W), PREC)
+        # y -= (C1 * K) f0 - (C * K) v;  upd = (c1l f0 - cl v)^T k
+        dM1 = -dot(dy, tl.trans(f0), PREC)
+        dM2 = dot(dy, tl.trans(vw), PREC)
+        df0 = -dot(tl.trans(C1 * Kw), dy, PREC) - c1l[:, None] * kdW
+        dv = dot(tl.trans(C * Kw), dy, PREC) + cl[:, None] * kdW
+        dk = -dot(c1l[:, None] * f0 - cl[:, None] * vw, dW, PREC)
+        dc1l = -tl.sum(f0 * kdW, axis=1)
+        dcl = tl.sum(vw * kdW, axis=1)
+        dC1 = dM1 * Kw
+        dC = dM2 * Kw
+        dK = dM1 * C1 + dM2 * C
+        dMeta1 = dot(dC1, tl.trans(G), PREC)
+        dMeta = dot(dC, tl.trans(G), PREC)
+        dG = (
+            dot(tl.trans(Meta1), dC1, PREC)
+            + dot(tl.trans(Meta), dC, PREC)
+            + wl1[:, None] * dc1l[None, :]
+            + wl[:, None] * dcl[None, :]
+        )
+        dwl1 = tl.sum(G * dc1l[None, :], axis=1)
+        dwl = tl.sum(G * dcl[None, :], axis=1)
+        drr = dwl
+    else:
+        e = _bias_signal(kw, vw, W, L2, PREC)
+        # y -= (C * K) e;  upd = (cl e)^T k;  mom = (r e)^T k
+        dM = -dot(dy, tl.trans(e), PREC)
+        de = -dot(tl.trans(C * Kw), dy, PREC) - cl[:, None] * kdW
+        dk = -cl[:, None] * dot(e, dW, PREC)
+        dcl = -tl.sum(e * kdW, axis=1)
+        dC = dM * Kw
+        dK = dM * C
+        dMeta = dot(dC, tl.trans(G), PREC)
+        dG = dot(tl.trans(Meta), dC, PREC) + wl[:, None] * dcl[None, :]
+        dwl = tl.sum(G * dcl[None, :], axis=1)
+        drr = dwl
+        if MOMENTUM:
+            r = tl.sum(rr[:, None] * G, axis=0)
+            kdS = dot(kw, tl.trans(dS), PREC)
+            de += r[:, None] * kdS
+            dk += r[:, None] * dot(e, dS, PREC)
+            dr = tl.sum(e * kdS, axis=1)
+            dG += rr[:, None] * dr[None, :]
+            drr = tl.sum(G * dr[None, :], axis=1)
+        dv = -de
+        df0 = de
+        dMeta1 = dMeta
+        dwl1 = dwl
+    # scores K = q k^T;  f0 = k W^T (l2)
+    dq += dot(dK, kw, PREC)
+    dk += dot(tl.trans(dK), q, PREC)
+    if L2:
+        dk += dot(df0, W, PREC)
+        dW0 += dot(tl.trans(df0), kw, PREC)
+    dg = tl.sum(tl.where(band, dG, 0.0), axis=0)
+    return dq, dW0, dk, dv, dg, dMeta, dwl, dMeta1, dwl1, drr
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -105,10 +211,10 @@ def _momentum_coefficients(theta, LA, last, gate_eps, BT: tl.constexpr, PREC: tl
 
 @triton.jit
 def _linear_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, hk_ptr, hv_ptr, hg_ptr,
+    q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
     w0_ptr, s_w0b, s_w0h, s0_ptr, s_s0b, s_s0h,
     y_ptr, wt_ptr, h0_ptr, st_ptr, hs0_ptr,
-    T, H, K, V, NH, CHUNK, NT, gate_eps,
+    T, H, K, V, HALO, CHUNK, NT, gate_eps,
     BT: tl.constexpr, BH: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     L2: tl.constexpr, DECAY_FIRST: tl.constexpr, MOMENTUM: tl.constexpr, HAS_HALO: tl.constexpr,
     ACC: tl.constexpr, PREC: tl.constexpr,
@@ -126,74 +232,29 @@ def _linear_fwd_kernel(
         S = tl.load(s0_ptr + i_b.to(tl.int64) * s_s0b + i_h * s_s0h + w_off, mask=wmask, other=0.0).to(ACC)
     rows = tl.arange(0, BT)
     for i_t in range(NT):
-        s = i_t * CHUNK
-        L = tl.minimum(CHUNK, T - s)
+        s, L, tok, valid, last = chunk_span(i_t, CHUNK, T, H, i_b, i_h, rows)
         state_off = (i_bh.to(tl.int64) * NT + i_t) * V * K + w_off
         tl.store(h0_ptr + state_off, W, mask=wmask)
-        q, k, v, alpha, eta, gamma, kh, vh, gh = _load_window(
-            q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, hk_ptr, hv_ptr, hg_ptr,
-            i_b, i_h, i_v, s, L, T, H, K, V, NH, BT, BH, BK, BV, ACC, HAS_HALO,
+        q, k, v, alpha, eta, theta, gamma, halo_k, halo_v, halo_gamma = _load_chunk(
+            q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
+            i_b, i_h, s, tok, valid, T, H, K, V, HALO, rk, rv, BH, BK, BV, MOMENTUM, HAS_HALO, ACC,
         )  # fmt: skip
-        la, A, LA, E, band_c, band_h, Gc, Gh = _coefficients(alpha, eta, gamma, gh, NH, gate_eps, BT, BH)
-        tok = (i_b * T + s + rows).to(tl.int64) * H + i_h
-        last = rows == L - 1
-        A_L = tl.sum(tl.where(last, A, 0.0), axis=0)
+        A, A_L, LA, E, band_c, band_h, Gc, Gh, Meta, wl, rr, P, P_L, Th_L, Th, LT, Q, qL, ET = _coefficients(
+            alpha, eta, theta, gamma, halo_gamma, last, HALO, gate_eps, BT, BH, MOMENTUM, PREC
+        )
         y = A[:, None] * dot(q, tl.trans(W), PREC)
         if MOMENTUM:
             tl.store(hs0_ptr + state_off, S, mask=wmask)
-            theta = tl.load(th_ptr + tok, mask=rows < L, other=1.0).to(ACC)
-            lt, Th, LT, Q, P, qL, ET, Th_L = _momentum_coefficients(theta, LA, last, gate_eps, BT, PREC)
-            Meta = Q * eta[None, :]
-            wl = qL * eta  # C[L - 1, w] = sum_n wl_n G[n, w]
-            rr = ET * eta  # S_L = Th_L S_0 + sum_w r_w u_w, r_w = sum_n rr_n G[n, w]
-            P_L = tl.sum(tl.where(last, P, 0.0), axis=0)
             y -= P[:, None] * dot(q, tl.trans(S), PREC)
-            rc = tl.sum(rr[:, None] * Gc, axis=0)
-        else:
-            Meta = LA * eta[None, :]
-            wl = E * eta
-        Cc = dot(Meta, Gc, PREC)
-        Kc = dot(q, tl.trans(k), PREC)
-        cl_c = tl.sum(wl[:, None] * Gc, axis=0)
+        y_part, upd, mom = _part_fwd(q, k, v, Gc, Meta, wl, rr, A, W, L2, DECAY_FIRST, MOMENTUM, PREC)
+        y += y_part
         if HAS_HALO:
-            Ch = dot(Meta, Gh, PREC)
-            Kh = dot(q, tl.trans(kh), PREC)
-            cl_h = tl.sum(wl[:, None] * Gh, axis=0)
-        if DECAY_FIRST:
-            Meta1 = Meta * A[None, :]
-            C1c = dot(Meta1, Gc, PREC)
-            wl1 = wl * A
-            c1l_c = tl.sum(wl1[:, None] * Gc, axis=0)
-            f0c = dot(k, tl.trans(W), PREC)
-            y += -dot(C1c * Kc, f0c, PREC) + dot(Cc * Kc, v, PREC)
-            upd = dot(tl.trans(c1l_c[:, None] * f0c - cl_c[:, None] * v), k, PREC)
-            if HAS_HALO:
-                C1h = dot(Meta1, Gh, PREC)
-                c1l_h = tl.sum(wl1[:, None] * Gh, axis=0)
-                f0h = dot(kh, tl.trans(W), PREC)
-                y += -dot(C1h * Kh, f0h, PREC) + dot(Ch * Kh, vh, PREC)
-                upd += dot(tl.trans(c1l_h[:, None] * f0h - cl_h[:, None] * vh), kh, PREC)
-        else:
-            if L2:
-                ec = dot(k, tl.trans(W), PREC) - v
-            else:
-                ec = -v
-            y -= dot(Cc * Kc, ec, PREC)
-            upd = dot(tl.trans(cl_c[:, None] * ec), k, PREC)
+            y_part, upd_h, mom_h = _part_fwd(q, halo_k, halo_v, Gh, Meta, wl, rr, A, W, L2, DECAY_FIRST, MOMENTUM, PREC)
+            y += y_part
+            upd += upd_h
             if MOMENTUM:
-                mom = dot(tl.trans(rc[:, None] * ec), k, PREC)
-            if HAS_HALO:
-                if L2:
-                    eh = dot(kh, tl.trans(W), PREC) - vh
-                else:
-                    eh = -vh
-                y -= dot(Ch * Kh, eh, PREC)
-                upd += dot(tl.trans(cl_h[:, None] * eh), kh, PREC)
-                if MOMENTUM:
-                    rh = tl.sum(rr[:, None] * Gh, axis=0)
-                    mom += dot(tl.trans(rh[:, None] * eh), kh, PREC)
-        ymask = (rows[:, None] < L) & (rv[None, :] < V)
-        tl.store(y_ptr + tok[:, None] * V + rv[None, :], y.to(y_ptr.dtype.element_ty), mask=ymask)
+                mom += mom_h
+        store_rows(y_ptr, tok, valid, rv, V, y)
         if MOMENTUM:
             W = A_L * W - P_L * S - upd
             S = Th_L * S + mom
@@ -211,10 +272,11 @@ def _linear_fwd_kernel(
 
 @triton.jit
 def _linear_bwd_kernel(
-    q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, hk_ptr, hv_ptr, hg_ptr,
+    q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
     h0_ptr, hs0_ptr, dy_ptr, dwt_ptr, dwr_ptr, dst_ptr, dsr_ptr,
-    dq_ptr, dk_ptr, dv_ptr, da_ptr, de_ptr, dg_ptr, dth_ptr, dw0_ptr, ds0_ptr, dhk_ptr, dhv_ptr, dhg_ptr,
-    B, T, H, K, V, NH, CHUNK, NT, gate_eps,
+    dq_ptr, dk_ptr, dv_ptr, da_ptr, de_ptr, dg_ptr, dth_ptr, dw0_ptr, ds0_ptr,
+    dhalo_k_ptr, dhalo_v_ptr, dhalo_gamma_ptr,
+    B, T, H, K, V, HALO, CHUNK, NT, gate_eps,
     BT: tl.constexpr, BH: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     L2: tl.constexpr, DECAY_FIRST: tl.constexpr, MOMENTUM: tl.constexpr, HAS_HALO: tl.constexpr,
     HAS_DWT: tl.constexpr, HAS_DWR: tl.constexpr, HAS_DST: tl.constexpr, HAS_DSR: tl.constexpr,
@@ -244,161 +306,59 @@ def _linear_bwd_kernel(
             dS = tl.zeros((BV, BK), dtype=ACC)
         if HAS_DSR:
             dSR = tl.load(dsr_ptr + bh_off, mask=wmask, other=0.0).to(ACC)
+    else:
+        dS = dW  # never read without momentum
     for t in range(NT):
         i_t = NT - 1 - t
-        s = i_t * CHUNK
-        L = tl.minimum(CHUNK, T - s)
+        s, L, tok, valid, last = chunk_span(i_t, CHUNK, T, H, i_b, i_h, rows)
         state_off = (i_bh.to(tl.int64) * NT + i_t) * V * K + w_off
         W = tl.load(h0_ptr + state_off, mask=wmask, other=0.0).to(ACC)
-        q, k, v, alpha, eta, gamma, kh, vh, gh = _load_window(
-            q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, hk_ptr, hv_ptr, hg_ptr,
-            i_b, i_h, i_v, s, L, T, H, K, V, NH, BT, BH, BK, BV, ACC, HAS_HALO,
+        q, k, v, alpha, eta, theta, gamma, halo_k, halo_v, halo_gamma = _load_chunk(
+            q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
+            i_b, i_h, s, tok, valid, T, H, K, V, HALO, rk, rv, BH, BK, BV, MOMENTUM, HAS_HALO, ACC,
         )  # fmt: skip
-        la, A, LA, E, band_c, band_h, Gc, Gh = _coefficients(alpha, eta, gamma, gh, NH, gate_eps, BT, BH)
-        tok = (i_b * T + s + rows).to(tl.int64) * H + i_h
-        ymask = (rows[:, None] < L) & (rv[None, :] < V)
-        dy = tl.load(dy_ptr + tok[:, None] * V + rv[None, :], mask=ymask, other=0.0).to(ACC)
-        last = rows == L - 1
-        A_L = tl.sum(tl.where(last, A, 0.0), axis=0)
+        A, A_L, LA, E, band_c, band_h, Gc, Gh, Meta, wl, rr, P, P_L, Th_L, Th, LT, Q, qL, ET = _coefficients(
+            alpha, eta, theta, gamma, halo_gamma, last, HALO, gate_eps, BT, BH, MOMENTUM, PREC
+        )
+        dy = load_rows(dy_ptr, tok, valid, rv, V, ACC)
         qW = dot(q, tl.trans(W), PREC)
         # y = A qW (- P qS) - dual;  W_L = A_L W (- P_L S) - upd;  S_L = Th_L S + mom
         dW0 = A_L * dW + dot(tl.trans(A[:, None] * dy), q, PREC)
         dA = tl.sum(dy * qW, axis=1) + tl.where(last, tl.sum(tl.sum(dW * W, axis=1), axis=0), 0.0)
         dq = A[:, None] * dot(dy, W, PREC)
-        kdW_c = dot(k, tl.trans(dW), PREC)  # [BT, BV]: rows dW k_w
         if MOMENTUM:
             S = tl.load(hs0_ptr + state_off, mask=wmask, other=0.0).to(ACC)
-            theta = tl.load(th_ptr + tok, mask=rows < L, other=1.0).to(ACC)
-            lt, Th, LT, Q, P, qL, ET, Th_L = _momentum_coefficients(theta, LA, last, gate_eps, BT, PREC)
-            Meta = Q * eta[None, :]
-            wl = qL * eta
-            rr = ET * eta
-            P_L = tl.sum(tl.where(last, P, 0.0), axis=0)
             qS = dot(q, tl.trans(S), PREC)
             dS0 = Th_L * dS - P_L * dW - dot(tl.trans(P[:, None] * dy), q, PREC)
             dP = -tl.sum(dy * qS, axis=1) - tl.where(last, tl.sum(tl.sum(dW * S, axis=1), axis=0), 0.0)
             dTh = tl.where(last, tl.sum(tl.sum(dS * S, axis=1), axis=0), 0.0)
             dq -= P[:, None] * dot(dy, S, PREC)
-            kdS_c = dot(k, tl.trans(dS), PREC)
-            rc = tl.sum(rr[:, None] * Gc, axis=0)
-        else:
-            Meta = LA * eta[None, :]
-            wl = E * eta
-        Cc = dot(Meta, Gc, PREC)
-        Kc = dot(q, tl.trans(k), PREC)
-        cl_c = tl.sum(wl[:, None] * Gc, axis=0)
+        dq, dW0, dkc, dvc, dgc, dMeta, dwl, dMeta1, dwl1, drr = _part_bwd(
+            dq, dW0, q, k, v, Gc, band_c, Meta, wl, rr, A, W, dW, dS, dy, L2, DECAY_FIRST, MOMENTUM, PREC
+        )
         if HAS_HALO:
-            Ch = dot(Meta, Gh, PREC)
-            Kh = dot(q, tl.trans(kh), PREC)
-            cl_h = tl.sum(wl[:, None] * Gh, axis=0)
-            kdW_h = dot(kh, tl.trans(dW), PREC)
+            dq, dW0, dkh, dvh, dgh, dMeta_h, dwl_h, dMeta1_h, dwl1_h, drr_h = _part_bwd(
+                dq, dW0, q, halo_k, halo_v, Gh, band_h, Meta, wl, rr, A, W, dW, dS, dy, L2, DECAY_FIRST, MOMENTUM,
+                PREC,
+            )  # fmt: skip
+            dMeta += dMeta_h
+            dwl += dwl_h
+            if DECAY_FIRST:
+                dMeta1 += dMeta1_h
+                dwl1 += dwl1_h
             if MOMENTUM:
-                kdS_h = dot(kh, tl.trans(dS), PREC)
-                rh = tl.sum(rr[:, None] * Gh, axis=0)
+                drr += drr_h
+        # the coefficients' gradients back to the gates
         if DECAY_FIRST:
+            # Meta1 = LA diag(eta A), Meta = LA diag(eta); wl1 = E eta A, wl = E eta
             Meta1 = Meta * A[None, :]
             wl1 = wl * A
-            C1c = dot(Meta1, Gc, PREC)
-            c1l_c = tl.sum(wl1[:, None] * Gc, axis=0)
-            f0c = dot(k, tl.trans(W), PREC)
-            # y -= (C1 * K) f0 - (C2 * K) v;  upd = (c1l f0 - cl v)^T k
-            dM1c = -dot(dy, tl.trans(f0c), PREC)
-            dM2c = dot(dy, tl.trans(v), PREC)
-            df0c = -dot(tl.trans(C1c * Kc), dy, PREC) - c1l_c[:, None] * kdW_c
-            dvc = dot(tl.trans(Cc * Kc), dy, PREC) + cl_c[:, None] * kdW_c
-            dkc = -dot(c1l_c[:, None] * f0c - cl_c[:, None] * v, dW, PREC)
-            dc1l_c = -tl.sum(f0c * kdW_c, axis=1)
-            dcl_c = tl.sum(v * kdW_c, axis=1)
-            dC1c = dM1c * Kc
-            dCc = dM2c * Kc
-            dKc = dM1c * C1c + dM2c * Cc
-            dMeta1 = dot(dC1c, tl.trans(Gc), PREC)
-            dMeta = dot(dCc, tl.trans(Gc), PREC)
-            dGc = (
-                dot(tl.trans(Meta1), dC1c, PREC)
-                + dot(tl.trans(Meta), dCc, PREC)
-                + wl1[:, None] * dc1l_c[None, :]
-                + wl[:, None] * dcl_c[None, :]
-            )
-            dwl1 = tl.sum(Gc * dc1l_c[None, :], axis=1)
-            dwl = tl.sum(Gc * dcl_c[None, :], axis=1)
-            if HAS_HALO:
-                C1h = dot(Meta1, Gh, PREC)
-                c1l_h = tl.sum(wl1[:, None] * Gh, axis=0)
-                f0h = dot(kh, tl.trans(W), PREC)
-                dM1h = -dot(dy, tl.trans(f0h), PREC)
-                dM2h = dot(dy, tl.trans(vh), PREC)
-                df0h = -dot(tl.trans(C1h * Kh), dy, PREC) - c1l_h[:, None] * kdW_h
-                dvh = dot(tl.trans(Ch * Kh), dy, PREC) + cl_h[:, None] * kdW_h
-                dkh = -dot(c1l_h[:, None] * f0h - cl_h[:, None] * vh, dW, PREC)
-                dc1l_h = -tl.sum(f0h * kdW_h, axis=1)
-                dcl_h = tl.sum(vh * kdW_h, axis=1)
-                dC1h = dM1h * Kh
-                dCh = dM2h * Kh
-                dKh = dM1h * C1h + dM2h * Ch
-                dMeta1 += dot(dC1h, tl.trans(Gh), PREC)
-                dMeta += dot(dCh, tl.trans(Gh), PREC)
-                dGh = (
-                    dot(tl.trans(Meta1), dC1h, PREC)
-                    + dot(tl.trans(Meta), dCh, PREC)
-                    + wl1[:, None] * dc1l_h[None, :]
-                    + wl[:, None] * dcl_h[None, :]
-                )
-                dwl1 += tl.sum(Gh * dc1l_h[None, :], axis=1)
-                dwl += tl.sum(Gh * dcl_h[None, :], axis=1)
-            # Meta1 = LA diag(eta A), Meta = LA diag(eta); wl1 = E eta A, wl = E eta
             Z1 = dMeta1 * Meta1
             Z = Z1 + dMeta * Meta
             deta = tl.sum(dMeta1 * LA, axis=0) * A + tl.sum(dMeta * LA, axis=0) + (dwl1 * A + dwl) * E
             zl = dwl1 * wl1 + dwl * wl
             dla_extra = tl.sum(Z1, axis=0) + dwl1 * wl1  # the A_n factor of Meta1 and wl1
         else:
-            if L2:
-                ec = dot(k, tl.trans(W), PREC) - v
-            else:
-                ec = -v
-            # y -= (C * K) e;  upd = (cl e)^T k;  mom = (r e)^T k
-            dMc = -dot(dy, tl.trans(ec), PREC)
-            dec = -dot(tl.trans(Cc * Kc), dy, PREC) - cl_c[:, None] * kdW_c
-            dkc = -cl_c[:, None] * dot(ec, dW, PREC)
-            dcl_c = -tl.sum(ec * kdW_c, axis=1)
-            dCc = dMc * Kc
-            dKc = dMc * Cc
-            dMeta = dot(dCc, tl.trans(Gc), PREC)
-            dGc = dot(tl.trans(Meta), dCc, PREC) + wl[:, None] * dcl_c[None, :]
-            dwl = tl.sum(Gc * dcl_c[None, :], axis=1)
-            if MOMENTUM:
-                dec += rc[:, None] * kdS_c
-                dkc += rc[:, None] * dot(ec, dS, PREC)
-                dr_c = tl.sum(ec * kdS_c, axis=1)
-                dGc += rr[:, None] * dr_c[None, :]
-                drr = tl.sum(Gc * dr_c[None, :], axis=1)
-            dvc = -dec
-            if L2:
-                df0c = dec
-            if HAS_HALO:
-                if L2:
-                    eh = dot(kh, tl.trans(W), PREC) - vh
-                else:
-                    eh = -vh
-                dMh = -dot(dy, tl.trans(eh), PREC)
-                deh = -dot(tl.trans(Ch * Kh), dy, PREC) - cl_h[:, None] * kdW_h
-                dkh = -cl_h[:, None] * dot(eh, dW, PREC)
-                dcl_h = -tl.sum(eh * kdW_h, axis=1)
-                dCh = dMh * Kh
-                dKh = dMh * Ch
-                dMeta += dot(dCh, tl.trans(Gh), PREC)
-                dGh = dot(tl.trans(Meta), dCh, PREC) + wl[:, None] * dcl_h[None, :]
-                dwl += tl.sum(Gh * dcl_h[None, :], axis=1)
-                if MOMENTUM:
-                    deh += rh[:, None] * kdS_h
-                    dkh += rh[:, None] * dot(eh, dS, PREC)
-                    dr_h = tl.sum(eh * kdS_h, axis=1)
-                    dGh += rr[:, None] * dr_h[None, :]
-                    drr += tl.sum(Gh * dr_h[None, :], axis=1)
-                dvh = -deh
-                if L2:
-                    df0h = deh
             if MOMENTUM:
                 # Meta = Q diag(eta), Q = LA LT, wl = Q[L-1] eta, rr = ET eta, P = LA Th
                 deta = tl.sum(dMeta * Q, axis=0) + dwl * qL + drr * ET
@@ -408,58 +368,32 @@ def _linear_bwd_kernel(
                 dTh += tl.sum(dP[:, None] * LA, axis=0)
                 Z = dLA * LA
                 zl = tl.zeros((BT,), dtype=ACC)
-                Z2 = dLT * LT
-                zt = drr * rr
-                dlt = tl.sum(Z2, axis=1) - tl.sum(Z2, axis=0) - zt + tl.where(last, tl.sum(zt, axis=0), 0.0)
-                dlt += dTh * Th
-                dlogt = tl.cumsum(dlt, axis=0, reverse=True)
-                dtheta = tl.where(theta >= gate_eps, dlogt / tl.maximum(theta, gate_eps), 0.0)
+                dtheta = log_decay_bwd(dLT * LT, drr * rr, dTh * Th, last, theta, gate_eps)
             else:
                 Z = dMeta * Meta
                 deta = tl.sum(dMeta * LA, axis=0) + dwl * E
                 zl = dwl * wl
             dla_extra = tl.zeros((BT,), dtype=ACC)
-        # scores K = q k^T
-        dq += dot(dKc, k, PREC)
-        dkc += dot(tl.trans(dKc), q, PREC)
-        if L2:  # f0 = k W^T
-            dkc += dot(df0c, W, PREC)
-            dW0 += dot(tl.trans(df0c), k, PREC)
-        dgc = tl.sum(tl.where(band_c, dGc, 0.0), axis=0)
-        if HAS_HALO:
-            dq += dot(dKh, kh, PREC)
-            dkh += dot(tl.trans(dKh), q, PREC)
-            if L2:
-                dkh += dot(df0h, W, PREC)
-                dW0 += dot(tl.trans(df0h), kh, PREC)
-            dgh = tl.sum(tl.where(band_h, dGh, 0.0), axis=0)
         # decays: LA[j, n] = exp(la_j - la_n), E_n = exp(la_L - la_n), A_j = exp(la_j)
-        dla = tl.sum(Z, axis=1) - tl.sum(Z, axis=0) - zl + tl.where(last, tl.sum(zl, axis=0), 0.0)
-        dla += dA * A + dla_extra
-        dlog = tl.cumsum(dla, axis=0, reverse=True)
-        dalpha = tl.where(alpha >= gate_eps, dlog / tl.maximum(alpha, gate_eps), 0.0)
+        dalpha = log_decay_bwd(Z, zl, dA * A + dla_extra, last, alpha, gate_eps)
         # stores (partial sums over value blocks for everything that reduces over the value dim)
-        valid = rows < L
-        kmask = valid[:, None] & (rk[None, :] < K)
         part = i_v * B * T * H
-        tl.store(dq_ptr + (part + tok)[:, None] * K + rk[None, :], dq.to(dq_ptr.dtype.element_ty), mask=kmask)
-        tl.store(dk_ptr + (part + tok)[:, None] * K + rk[None, :], dkc.to(dk_ptr.dtype.element_ty), mask=kmask)
-        tl.store(dv_ptr + tok[:, None] * V + rv[None, :], dvc.to(dv_ptr.dtype.element_ty), mask=ymask)
+        store_rows(dq_ptr, part + tok, valid, rk, K, dq)
+        store_rows(dk_ptr, part + tok, valid, rk, K, dkc)
+        store_rows(dv_ptr, tok, valid, rv, V, dvc)
         tl.store(da_ptr + part + tok, dalpha.to(da_ptr.dtype.element_ty), mask=valid)
         tl.store(de_ptr + part + tok, deta.to(de_ptr.dtype.element_ty), mask=valid)
         tl.store(dg_ptr + part + tok, dgc.to(dg_ptr.dtype.element_ty), mask=valid)
         if MOMENTUM:
             tl.store(dth_ptr + part + tok, dtheta.to(dth_ptr.dtype.element_ty), mask=valid)
         if HAS_HALO:
-            hvalid = hr < NH
-            # halo buffers [NV, B, NT, NH, H, *] (value-block partials) and [B, NT, NH, H, V]
-            hrow = ((i_b * NT + i_t) * NH + hr).to(tl.int64) * H + i_h
-            hpart = i_v * B * NT * NH * H
-            hk_mask = hvalid[:, None] & (rk[None, :] < K)
-            hv_mask = hvalid[:, None] & (rv[None, :] < V)
-            tl.store(dhk_ptr + (hpart + hrow)[:, None] * K + rk[None, :], dkh, mask=hk_mask)
-            tl.store(dhv_ptr + hrow[:, None] * V + rv[None, :], dvh, mask=hv_mask)
-            tl.store(dhg_ptr + hpart + hrow, dgh, mask=hvalid)
+            hvalid = hr < HALO
+            # halo buffers [NV, B, NT, HALO, H, *] (value-block partials) and [B, NT, HALO, H, V]
+            hrow = ((i_b * NT + i_t) * HALO + hr).to(tl.int64) * H + i_h
+            hpart = i_v * B * NT * HALO * H
+            store_rows(dhalo_k_ptr, hpart + hrow, hvalid, rk, K, dkh)
+            store_rows(dhalo_v_ptr, hrow, hvalid, rv, V, dvh)
+            tl.store(dhalo_gamma_ptr + hpart + hrow, dgh, mask=hvalid)
         if HAS_DWR:
             dW0 += tl.where(i_t == NT - 1, dWR, 0.0)
         dW = dW0

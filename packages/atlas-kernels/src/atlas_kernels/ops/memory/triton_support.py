@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 
 from atlas_kernels.config import MemoryConfig
+from atlas_kernels.ops.memory.state import halo_size
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-# limits of both memory kernels: chunk length, window halo (c - 1) and key dim held in one program's tiles
+# limits of both memory kernels: chunk length, halo (c - 1 tokens) and key dim held in one program's tiles
 MAX_CHUNK = 128
 MAX_HALO = 64
 MAX_KEY_DIM = 256
@@ -35,7 +36,7 @@ def common_unsupported(
         return "window", f"window='global' ({op} implements a finite window c)"
     if cfg.gamma != "token":
         return "gamma", f"gamma={cfg.gamma!r} ({op} implements one window gate per token, gamma='token')"
-    if cfg.window - 1 > MAX_HALO:
+    if halo_size(cfg) > MAX_HALO:
         return "window", f"window={cfg.window} ({op} supports c - 1 <= {MAX_HALO})"
     if cfg.chunk_size > MAX_CHUNK:
         return "chunk_size", f"chunk_size={cfg.chunk_size} ({op} supports b <= {MAX_CHUNK})"
@@ -47,14 +48,14 @@ def common_unsupported(
     return None
 
 
-def window_tail(seq: torch.Tensor, halo: torch.Tensor, end: int, n: int) -> torch.Tensor:
-    """Tokens [end - n, end) of the extended sequence (halo, then seq) in heads-first layout: the halo a state
-    carries to the next call.
+def window_tail(seq: torch.Tensor, incoming: torch.Tensor, end: int, halo: int) -> torch.Tensor:
+    """Tokens [end - halo, end) of the extended sequence (the incoming halo, then seq) in heads-first layout: the
+    halo a state carries to the next call.
 
-    seq: [B, T, H(, D)] public layout; halo: [B, H, n(, D)].
+    seq: [B, T, H(, D)] public layout; incoming: the call's incoming halo [B, H, halo(, D)].
     """
-    if n == 0:
-        return halo[:, :, :0]
-    if end >= n:
-        return seq[:, end - n : end].transpose(1, 2)
-    return torch.cat([halo[:, :, end:], seq[:, :end].transpose(1, 2).to(halo.dtype)], dim=2)
+    if halo == 0:
+        return incoming[:, :, :0]
+    if end >= halo:
+        return seq[:, end - halo : end].transpose(1, 2)
+    return torch.cat([incoming[:, :, end:], seq[:, :end].transpose(1, 2).to(incoming.dtype)], dim=2)
