@@ -111,6 +111,12 @@ def _add_model_options(p: argparse.ArgumentParser, *, width: str) -> None:
         default=CPU_MEMORY_EXPANSION,
         help=f"inner-MLP expansion of the deep memories (default {CPU_MEMORY_EXPANSION}, CPU-sized; 0 = preset's 4)",
     )
+    g.add_argument(
+        "--match-memory",
+        metavar="PRESET|FLOATS",
+        help="size every arm's memory (memory heads, MLP expansion) to this preset's memory floats at the task's "
+        "width, or to a float count; attention arms keep theirs (docs: eval-synthetic.md, Equal memory)",
+    )
 
 
 def _memory_knobs(args: argparse.Namespace) -> tuple[int | None, int | None]:
@@ -159,6 +165,7 @@ def run_mqar_command(args: argparse.Namespace) -> int:
         heads=args.heads,
         memory_head_dim=heads,
         memory_expansion=expansion,
+        match_memory=args.match_memory,
         steps=args.steps,
         batch_size=args.batch_size,
         lrs=tuple(parse_list(args.lrs, float, "--lrs")),
@@ -209,6 +216,7 @@ def run_mad_command(args: argparse.Namespace) -> int:
         heads=args.heads,
         memory_head_dim=heads,
         memory_expansion=expansion,
+        match_memory=args.match_memory,
         steps=args.steps,
         batch_size=args.batch_size,
         num_train_examples=args.train_examples,

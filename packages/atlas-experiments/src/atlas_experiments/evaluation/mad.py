@@ -32,7 +32,9 @@ from atlas_experiments.evaluation.synthetic_train import (
     evaluate,
     fit,
     lm_forward,
+    match_memory,
     memory_deviation,
+    memory_target,
     model_config,
     state_size,
 )
@@ -103,6 +105,7 @@ class MADProtocol:
     heads: int | None = None
     memory_head_dim: int | None = None
     memory_expansion: int | None = None
+    match_memory: str | None = None  # a preset or a float count: every arm's memory sized to it (synthetic_models)
     steps: int = 100
     batch_size: int = 16
     num_train_examples: int | None = None  # override every setting's train-set size
@@ -158,21 +161,48 @@ class MADProtocol:
         if set(self.tasks) != set(MAD_TASKS):
             dev.append(f"tasks {list(self.tasks)} only")
         dev += memory_deviation(self.memory_head_dim, self.memory_expansion)
+        if self.match_memory:
+            dev.append(
+                f"memories sized to {self.match_memory}'s memory floats (the paper trains the presets' sizes; each "
+                "arm's size and match status are in details.memory_match)"
+            )
         dev.append("gradient clipping 1.0 and cosine decay over steps (mad-lab: no clipping, cosine over epochs)")
         dev.append("scores are micro accuracy (acc_macro: mad-lab's torchmetrics macro average)")
         return dev
 
 
+def _config_kwargs(protocol: MADProtocol, vocab_size: int) -> dict[str, Any]:
+    return {
+        "vocab_size": vocab_size,
+        "width": protocol.width,
+        "layers": protocol.layers,
+        "heads": protocol.heads,
+        "memory_head_dim": protocol.memory_head_dim,
+        "memory_expansion": protocol.memory_expansion,
+    }
+
+
 def _model_config(choice: ModelChoice, setting: MADSetting, protocol: MADProtocol):
-    return model_config(
-        choice,
-        vocab_size=setting.vocab_size,
-        width=protocol.width,
-        layers=protocol.layers,
-        heads=protocol.heads,
-        memory_head_dim=protocol.memory_head_dim,
-        memory_expansion=protocol.memory_expansion,
-    )
+    return model_config(choice, **_config_kwargs(protocol, setting.vocab_size))
+
+
+def matched_arms(
+    models: Sequence[ModelChoice], protocol: MADProtocol, *, device: torch.device
+) -> tuple[list[ModelChoice], dict[str, dict[str, Any]]]:
+    """The arms sized to `protocol.match_memory` (unchanged without it) and how each was sized. Memory weights do
+    not depend on the vocabulary or T, so one size serves every task; the longest setting's T probes growth."""
+    if not protocol.match_memory:
+        return list(models), {}
+    seq_len = max(s.seq_len for t in protocol.tasks for s in protocol.settings(t))
+    kwargs = _config_kwargs(protocol, 64)
+    label, target = memory_target(protocol.match_memory, seq_len=seq_len, device=device, **kwargs)
+    arms, info = [], {}
+    for choice in models:
+        arm, match = match_memory(choice, label, target, seq_len=seq_len, device=device, **kwargs)
+        log.info("mad %s: memory %s", choice.name, match.describe())
+        arms.append(arm)
+        info[choice.name] = match.describe()
+    return arms, info
 
 
 def memory_sizes(
@@ -252,8 +282,11 @@ def run_mad(
 ) -> EvalResult:
     """Train and score every (model, task, setting, sweep point); best-of-sweep per setting, mean per task."""
     device = torch.device(device)
+    models, matches = matched_arms(models, protocol, device=device)
     metrics: dict[str, float] = {}
     details: dict[str, Any] = {"runs": [], "scores": {}}
+    if matches:
+        details["memory_match"] = matches
     scores: dict[str, dict[str, float]] = {c.name: {} for c in models}
     for task in protocol.tasks:
         settings = protocol.settings(task)

@@ -30,7 +30,9 @@ from atlas_experiments.evaluation.synthetic_train import (
     evaluate,
     finite,
     fit,
+    match_memory,
     memory_deviation,
+    memory_target,
     model_config,
     state_size,
 )
@@ -56,6 +58,7 @@ class MQARProtocol:
     heads: int | None = None
     memory_head_dim: int | None = None
     memory_expansion: int | None = None
+    match_memory: str | None = None  # a preset or a float count: every arm's memory sized to it (synthetic_models)
     steps: int = 1000
     batch_size: int = 32
     lrs: tuple[float, ...] = (3e-3,)
@@ -109,6 +112,11 @@ class MQARProtocol:
         if self.num_queries is not None:
             dev.append(f"{self.num_queries} queries per sequence (Zoology queries every key)")
         dev += memory_deviation(self.memory_head_dim, self.memory_expansion)
+        if self.match_memory:
+            dev.append(
+                f"memories sized to {self.match_memory}'s memory floats at each width (the paper compares at the "
+                "presets' sizes; each arm's size and match status are in the table)"
+            )
         dev.append("model width/depth from the command on top of the atlas_model preset blocks (SwiGLU 3x width)")
         return dev
 
@@ -149,15 +157,21 @@ def run_mqar(
     table: list[dict[str, Any]] = []
     for choice in models:
         for width in protocol.widths:
-            cfg = model_config(
-                choice,
-                vocab_size=protocol.vocab_size,
-                width=width,
-                layers=protocol.layers,
-                heads=protocol.heads,
-                memory_head_dim=protocol.memory_head_dim,
-                memory_expansion=protocol.memory_expansion,
-            )
+            kwargs = {
+                "vocab_size": protocol.vocab_size,
+                "width": width,
+                "layers": protocol.layers,
+                "heads": protocol.heads,
+                "memory_head_dim": protocol.memory_head_dim,
+                "memory_expansion": protocol.memory_expansion,
+            }
+            arm, match = choice, None
+            if protocol.match_memory:
+                seq_len = max(c.seq_len for c in protocol.configs)
+                label, target = memory_target(protocol.match_memory, seq_len=seq_len, device=device, **kwargs)
+                arm, match = match_memory(choice, label, target, seq_len=seq_len, device=device, **kwargs)
+                log.info("mqar %s d=%d: memory %s", choice.name, width, match.describe())
+            cfg = model_config(arm, **kwargs)
             key = f"{choice.name}/d={width}"
             width_runs: list[dict[str, Any]] = []
             sizes: dict[int, dict[str, int]] = {}
@@ -209,6 +223,8 @@ def run_mqar(
                 "memory_size": {str(t): s["memory"] for t, s in sizes.items()},
                 "parameters": params,
             }
+            if match is not None:
+                row["memory_match"] = match.describe()
             table.append(row)
             metrics[f"acc/{key}"] = row["acc"]
             metrics[f"acc_init/{key}"] = row["acc_init"]

@@ -1,9 +1,5 @@
-"""Shared machinery of `atlas eval mqar | mad | learnability`: which models, how they train, how they are scored.
-
-Models: `--models atlas,gated_deltanet,transformer_pp,my_model.yaml`. A name is an `atlas_model` preset (at
-`--size`, default tiny); a file (YAML/JSON) holds `{preset, size?, overrides?, name?}`, a training config with a
-`model:` section, or a saved Hugging Face `config.json` of an Atlas model. The command's width / depth / heads
-apply to every model first, then a file's own overrides, then the task's vocabulary.
+"""Shared machinery of `atlas eval mqar | mad | learnability`: how models train and how they are scored (which
+models, at what size: `synthetic_models`, re-exported here).
 
 Training: `atlas train`'s AdamW builder and warmup + cosine schedule (`atlas_experiments.train.optim`: decay on
 the Linear / Embedding weights only), gradient clipping 1.0,
@@ -16,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +28,21 @@ from torch import nn
 
 from atlas_data.synthetic import IGNORE_INDEX, TokenDataset
 from atlas_experiments.evaluation.results import EvalResult, track_result, write_result
+from atlas_experiments.evaluation.synthetic_models import (  # noqa: F401  (re-exported: the commands import here)
+    DEEP_MEMORIES,
+    MemoryMatch,
+    ModelChoice,
+    build_lm,
+    count_parameters,
+    has_deep_memory,
+    lm_forward,
+    match_memory,
+    memory_deviation,
+    memory_target,
+    model_config,
+    parse_models,
+    state_size,
+)
 from atlas_experiments.train.config import OptimConfig
 from atlas_experiments.train.optim import build_optimizer, lr_at, set_lr
 
@@ -40,201 +50,6 @@ log = logging.getLogger("atlas.eval")
 
 DEFAULT_MODELS = ("atlas", "gated_deltanet", "transformer_pp")
 Forward = Callable[[nn.Module, torch.Tensor], torch.Tensor]
-
-
-# ------------------------------------------------------------------------------------------------------ models
-
-
-@dataclass(frozen=True)
-class ModelChoice:
-    """One model of a comparison: a preset at a size plus `AtlasConfig` overrides; `name` labels its metrics."""
-
-    name: str
-    preset: str
-    size: str = "tiny"
-    overrides: Mapping[str, Any] = field(default_factory=dict)
-    source: str = "preset"
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "preset": self.preset,
-            "size": self.size,
-            "overrides": dict(self.overrides),
-            "source": self.source,
-        }
-
-
-def _choice_from_file(path: Path, size: str) -> ModelChoice:
-    from dataclasses import fields
-
-    import atlas_model
-    from atlas_experiments.configio import load_mapping
-
-    data = load_mapping(path)
-    if isinstance(data.get("model"), dict):  # an `atlas train` config
-        data = data["model"]
-    if data.get("model_type") == atlas_model.AtlasConfig.model_type:  # a saved HF config.json
-        known = {f.name for f in fields(atlas_model.AtlasConfig)} - {"preset", "size"}
-        overrides = {k: v for k, v in data.items() if k in known and v is not None}
-        return ModelChoice(path.stem, data.get("preset", "atlas"), data.get("size", size), overrides, str(path))
-    if "preset" not in data:
-        raise ValueError(f"model config {path}: expected a 'preset' key (or a train config / HF config.json)")
-    unknown = sorted(set(data) - {"preset", "size", "overrides", "name"})
-    if unknown:
-        raise ValueError(f"model config {path}: unknown key(s) {', '.join(unknown)}")
-    overrides = data.get("overrides") or {}
-    if not isinstance(overrides, dict):
-        raise ValueError(f"model config {path}: 'overrides' must be a mapping")
-    return ModelChoice(
-        str(data.get("name") or path.stem), str(data["preset"]), str(data.get("size", size)), overrides, str(path)
-    )
-
-
-def parse_models(text: str, size: str = "tiny") -> list[ModelChoice]:
-    """`--models`: comma-separated preset names and/or model config files (module docstring)."""
-    import atlas_model
-
-    out: list[ModelChoice] = []
-    for item in (s.strip() for s in text.split(",")):
-        if not item:
-            continue
-        path = Path(item)
-        if path.suffix in (".yaml", ".yml", ".json") or path.is_file():
-            if not path.is_file():
-                raise FileNotFoundError(f"--models: model config not found: {path}")
-            choice = _choice_from_file(path, size)
-        elif item in atlas_model.PRESETS:
-            choice = ModelChoice(item, item, size)
-        else:
-            raise ValueError(f"--models: {item!r} is neither a preset ({', '.join(atlas_model.PRESETS)}) nor a file")
-        if choice.preset not in atlas_model.PRESETS:
-            raise ValueError(f"--models: unknown preset {choice.preset!r} in {item}")
-        names = {c.name for c in out}
-        if choice.name in names:
-            choice = dataclasses.replace(choice, name=f"{choice.name}#{len(out)}")
-        out.append(choice)
-    if not out:
-        raise ValueError("--models: no model given")
-    return out
-
-
-DEEP_MEMORIES = ("mlp", "gated_mlp")
-
-
-def has_deep_memory(preset: str) -> bool:
-    from atlas_model import PRESET_TABLE
-
-    memory = PRESET_TABLE[preset].memory
-    return memory is not None and memory.get("memory") in DEEP_MEMORIES
-
-
-def model_config(
-    choice: ModelChoice,
-    *,
-    vocab_size: int,
-    width: int | None = None,
-    layers: int | None = None,
-    heads: int | None = None,
-    memory_head_dim: int | None = None,
-    memory_expansion: int | None = None,
-):
-    """The `AtlasConfig` of `choice` for a task: width/depth/heads of the command, the choice's own overrides,
-    then the task vocabulary. A new width also sets the SwiGLU hidden size to 3 x width (the tiny size's ratio).
-    `memory_head_dim` / `memory_expansion` shrink the inner memory of the deep-memory models only (MLP and gated-MLP
-    memories: Atlas, OmegaNet, Titans, DLA, Dot, ...; heads = width / head dim); linear memories and attention keep
-    their heads."""
-    import atlas_model
-
-    overrides: dict[str, Any] = {}
-    if width is not None:
-        overrides.update(hidden_size=width, intermediate_size=3 * width)
-    if layers is not None:
-        overrides["num_hidden_layers"] = layers
-    if heads is not None:
-        overrides["num_attention_heads"] = heads
-    if has_deep_memory(choice.preset):
-        if memory_head_dim is not None:
-            d = choice.overrides.get("hidden_size", width or atlas_model.SIZE_TABLE[choice.size].hidden_size)
-            if d % memory_head_dim:
-                raise ValueError(f"--memory-head-dim: width {d} is not a multiple of {memory_head_dim}")
-            overrides["num_memory_heads"] = d // memory_head_dim
-        if memory_expansion is not None:
-            overrides["memory"] = {"expansion": memory_expansion}
-    for key, value in choice.overrides.items():
-        if key == "memory" and isinstance(value, dict):
-            overrides["memory"] = {**overrides.get("memory", {}), **value}
-        else:
-            overrides[key] = value
-    overrides["vocab_size"] = vocab_size
-    return atlas_model.AtlasConfig.from_preset(choice.preset, size=choice.size, **overrides)
-
-
-def memory_deviation(head_dim: int | None, expansion: int | None) -> list[str]:
-    """The deviations entry of the deep-memory reductions (empty when the presets' memories are kept)."""
-    if head_dim is None and expansion is None:
-        return []
-    parts = []
-    if head_dim is not None:
-        parts.append(f"memory head dim {head_dim}")
-    if expansion is not None:
-        parts.append(f"inner-MLP expansion {expansion}")
-    return [
-        "deep memories (Atlas, OmegaNet, Titans, ...) shrunk for CPU: "
-        + ", ".join(parts)
-        + " (presets: memory heads = attention heads, expansion 4)"
-    ]
-
-
-def build_lm(config, seed: int, device: torch.device) -> nn.Module:
-    from transformers import AutoModelForCausalLM
-
-    import atlas_model  # noqa: F401  (registers the Auto classes)
-
-    torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config).to(device)
-
-
-def lm_forward(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return model(input_ids=x, use_cache=False).logits
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-@torch.no_grad()
-def state_size(model: nn.Module, seq_len: int, vocab_size: int, device: torch.device) -> dict[str, int]:
-    """Floats a model carries per sequence after reading `seq_len` tokens (batch 1).
-
-    `state`: the whole decoding cache (memory weights, momentum, Omega-window halo, conv states, KV entries);
-    `memory`: the memory weights W_t (MemoryState.weights) plus attention keys/values, the "memory size" that
-    Figure 7 of the paper plots accuracy against.
-    """
-    from atlas_kernels import MemoryState
-    from atlas_model.cache import iter_tensors
-
-    was_training = model.training
-    model.eval()
-    x = (torch.arange(seq_len, device=device) % vocab_size)[None]
-    out = model(input_ids=x, use_cache=True)
-    model.train(was_training)
-    cache = out.cache if hasattr(out, "cache") else None
-    layers = getattr(cache, "layers", None) or []
-    total = sum(t.numel() for t in iter_tensors(layers))
-
-    def memory_floats(obj: Any, key: str = "") -> int:
-        if isinstance(obj, MemoryState):
-            return sum(t.numel() for t in obj.weights.values())
-        if isinstance(obj, dict):
-            return sum(memory_floats(v, str(k)) for k, v in obj.items())
-        if isinstance(obj, list | tuple):
-            return sum(memory_floats(v, key) for v in obj)
-        if key.startswith("conv"):
-            return 0
-        return sum(t.numel() for t in iter_tensors(obj))
-
-    return {"state": int(total), "memory": int(sum(memory_floats(layer) for layer in layers))}
 
 
 # ---------------------------------------------------------------------------------------------------- training

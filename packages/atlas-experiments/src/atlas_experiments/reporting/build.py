@@ -90,7 +90,7 @@ def evaluation_report(runs: list[dict], fig_dir: Path) -> str:
     out.append(eval_tables.babilong_section(by_model))
     out.append(eval_tables.mqar_section(by_model))
     mqar = {
-        n: {c: v for c, v in r.items() if c not in ("mean", "untrained")}
+        n: {c: v for c, v in r.items() if c not in ("mean", "untrained", "memory")}
         for n, r in eval_tables.mqar_rows(by_model).items()
     }
     if figures.grouped_bars("MQAR", "accuracy", mqar, fig_dir / "mqar.png"):

@@ -117,14 +117,24 @@ def babilong_section(by_model: dict[str, dict[str, dict]]) -> str:
 
 
 MQAR_KEY = re.compile(r"(acc|acc_init)/([^/]+)/d_(\d+)(?:/len_(\d+)/pairs_(\d+))?")
+MQAR_MEMORY_KEY = re.compile(r"memory_size/([^/]+)/d_(\d+)/len_(\d+)")
 
 
 def mqar_rows(by_model: dict[str, dict[str, dict]]) -> dict[str, dict[str, float]]:
-    """'<model> d=<width>' -> {'T<len> P<pairs>': acc, 'mean': acc, 'untrained': acc} from `acc/<m>/d_<w>[/len_<T>/
-    pairs_<P>]` (one row per model width; the paper plots accuracy against memory size)."""
+    """'<model> d=<width>' -> {'T<len> P<pairs>': acc, 'mean': acc, 'untrained': acc, 'memory': floats} from
+    `acc/<m>/d_<w>[/len_<T>/pairs_<P>]` and `memory_size/<m>/d_<w>/len_<T>` (the memory at the longest T; one row
+    per model width; the paper plots accuracy against memory size)."""
     rows: dict[str, dict[str, float]] = {}
+    longest: dict[str, int] = {}
     for runs in by_model.values():
         for k, v in runs.get("mqar", {}).get("metrics", {}).items():
+            mem = MQAR_MEMORY_KEY.fullmatch(k)
+            if mem:
+                name, t = f"{mem.group(1)} d={mem.group(2)}", int(mem.group(3))
+                if t >= longest.get(name, 0):
+                    longest[name] = t
+                    rows.setdefault(name, {})["memory"] = v
+                continue
             m = MQAR_KEY.fullmatch(k)
             if not m:
                 continue
@@ -142,9 +152,13 @@ def mqar_section(by_model: dict[str, dict[str, dict]]) -> str:
     rows = mqar_rows(by_model)
     if not rows:
         return ""
-    cols = sorted({c for r in rows.values() for c in r} - {"mean", "untrained"}, key=_numeric_suffix)
-    header = ["model", *cols, "mean", "untrained"]
-    body = [[name, *[r.get(c) for c in [*cols, "mean", "untrained"]]] for name, r in sorted(rows.items())]
+    cols = sorted({c for r in rows.values() for c in r} - {"mean", "untrained", "memory"}, key=_numeric_suffix)
+    header = ["model", *cols, "mean", "untrained", "memory floats (longest T)"]
+    body = [
+        [name, *[r.get(c) for c in [*cols, "mean", "untrained"]], None if "memory" not in r else int(r["memory"])]
+        for name, r in sorted(rows.items())
+    ]
+    header, body = _drop_empty(header, body)
     return "\n## MQAR (Fig. 7 layout, accuracy per setting T x kv pairs P)\n\n" + table(header, body)
 
 
