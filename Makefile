@@ -9,7 +9,7 @@ export HF_HOME ?= $(CURDIR)/.cache/huggingface
 export MLFLOW_DISABLE_TELEMETRY ?= true
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.cache/inductor
 
-.PHONY: setup run test lint
+.PHONY: setup run test lint mutants
 setup:
 	@bash scripts/bootstrap.sh
 
@@ -23,3 +23,8 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+# Mutation testing of the result-critical modules (docs/testing.md): slow (about an hour on 2 cores), not part of
+# `make test` or CI. MUTANTS="optim decision" picks modules; results and survivors' diffs in mutants/report.md.
+mutants: setup
+	nice -n 10 $(VENV)/bin/python scripts/mutants/run.py $(MUTANTS)

@@ -1,0 +1,329 @@
+"""`make mutants`: mutation testing (mutmut 2) of the modules whose bugs would silently change a result.
+
+Each module is mutated with its own test selection (the tests that exercise it, never the whole suite), one module
+at a time, in a copy of the working tree under `mutants/`: mutmut rewrites the file it mutates, and the checkout
+must stay importable for everyone else while it does. The copy's `src` directories go first on PYTHONPATH, ahead
+of the editable installs, so the tests import the mutated file.
+
+    python scripts/mutants/run.py                    # every module, in the order of MODULES
+    python scripts/mutants/run.py optim decision     # some of them
+    python scripts/mutants/run.py --report           # counts and survivors from the last runs, no test run
+    python scripts/mutants/run.py --list             # modules and their tests
+
+Results accumulate in `mutants/caches/<module>.sqlite` (mutmut's cache): a rerun tests only mutants that are new,
+or all of a module's mutants again when a file of its tests directory changed. `mutants/report.md` gets the counts,
+timings and every survivor's diff; the triage of survivors is docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+WORK = ROOT / "mutants"
+KEEP = {"caches", "report.md", "timings.json"}  # survive the re-copy of the working tree
+PACKAGES = ("atlas_kernels", "atlas_model", "atlas_data", "atlas_experiments")
+
+EXP = "packages/atlas-experiments"
+KERN = "packages/atlas-kernels"
+
+
+@dataclass(frozen=True)
+class Module:
+    path: str
+    tests: tuple[str, ...]
+    tests_dir: str  # hashed by mutmut: a change there reruns the module's mutants
+    # (first line containing a, last line containing b) pairs; mutants outside every range are skipped
+    scope: tuple[tuple[str, str], ...] = ()
+    pytest_args: tuple[str, ...] = field(default=())
+
+
+MODULES: dict[str, Module] = {
+    "decision": Module(
+        f"{EXP}/src/atlas_experiments/study/decision.py",
+        (
+            f"{EXP}/tests/test_study_decision.py",
+            f"{EXP}/tests/test_study_decision_boundaries.py",
+            f"{EXP}/tests/test_study_claims.py::test_judge_a_registered_claim",
+            f"{EXP}/tests/test_study_claims.py::test_judge_an_ordering_needs_every_step",
+            f"{EXP}/tests/test_study_claims.py::test_judge_checks_registered_seeds_and_testability",
+        ),
+        f"{EXP}/tests",
+        pytest_args=("--noconftest",),  # plain Python: skip the root conftest's torch import (seconds per mutant)
+    ),
+    "loader": Module(
+        "packages/atlas-data/src/atlas_data/loader.py",
+        ("packages/atlas-data/tests/test_loader.py",),
+        "packages/atlas-data/tests",
+    ),
+    "optim": Module(
+        f"{EXP}/src/atlas_experiments/train/optim.py",
+        (
+            f"{EXP}/tests/test_optim_groups.py",
+            f"{EXP}/tests/test_golden.py::test_golden_losses[transformer_pp_tiny]",
+            f"{EXP}/tests/test_golden.py::test_golden_losses[omeganet_tiny]",
+        ),
+        f"{EXP}/tests",
+    ),
+    "checkpoint": Module(
+        f"{EXP}/src/atlas_experiments/train/checkpoint.py",
+        (
+            f"{EXP}/tests/test_resume.py",
+            f"{EXP}/tests/test_train.py::test_crash_during_checkpoint_save_leaves_previous_loadable",
+        ),
+        f"{EXP}/tests",
+    ),
+    "loop-resume": Module(
+        f"{EXP}/src/atlas_experiments/train/loop.py",
+        (
+            f"{EXP}/tests/test_resume.py",
+            f"{EXP}/tests/test_train.py::test_crash_during_checkpoint_save_leaves_previous_loadable",
+        ),
+        f"{EXP}/tests",
+        scope=(
+            ("step, tokens, skipped, consecutive = 0, 0, 0, 0", 'log.info("resumed from'),
+            ("metrics.truncate_after(step)", "metrics.truncate_after(step)"),
+            ("def save(name: str, keep: int | None)", "barrier(info)"),
+            ("if cfg.checkpoint_interval and step %", "save(ckpt.step_name(step)"),
+            ('save("final", None)', 'save("final", None)'),
+        ),
+    ),
+    "coefficients": Module(
+        f"{KERN}/src/atlas_kernels/ops/memory/coefficients.py",
+        (f"{KERN}/tests/test_memory_equivalence.py", f"{KERN}/tests/test_gamma_window.py"),
+        f"{KERN}/tests",
+    ),
+    "chunk": Module(
+        f"{KERN}/src/atlas_kernels/ops/memory/chunk.py",
+        (f"{KERN}/tests/test_memory_equivalence.py", f"{KERN}/tests/test_decay_target.py"),
+        f"{KERN}/tests",
+    ),
+}
+
+_LOGGERS = {"log", "logger", "logging", "warnings"}
+
+
+def message_lines(source: str) -> set[int]:
+    """Lines holding only the text of an exception or a log record: a mutant there changes a message, no result."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        parts: list[ast.AST] = []
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            parts = [*node.exc.args, *(k.value for k in node.exc.keywords)]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in _LOGGERS
+        ):
+            parts = [node]
+        for part in parts:
+            lines.update(range(part.lineno, part.end_lineno + 1))
+    return lines
+
+
+def scope_lines(source: str, scope: tuple[tuple[str, str], ...]) -> set[int] | None:
+    """1-based lines inside the module's scope ranges (None: the whole file)."""
+    if not scope:
+        return None
+    text = source.splitlines()
+    keep: set[int] = set()
+    for first, last in scope:
+        start = next((i for i, line in enumerate(text, 1) if first in line), None)
+        if start is None:
+            raise SystemExit(f"scope marker {first!r} not found; update MODULES in {Path(__file__).name}")
+        end = next((i for i, line in enumerate(text[start - 1 :], start) if last in line), None)
+        if end is None:
+            raise SystemExit(f"scope marker {last!r} not found after {first!r}")
+        keep.update(range(start, end + 1))
+    return keep
+
+
+def skipped_lines(module: Module) -> list[int]:
+    source = (WORK / module.path).read_text()
+    skip = message_lines(source)
+    inside = scope_lines(source, module.scope)
+    if inside is not None:
+        skip |= set(range(1, len(source.splitlines()) + 1)) - inside
+    return sorted(skip)
+
+
+def sync_copy() -> None:
+    """Refresh `mutants/` from the working tree (tracked and untracked, not ignored files), keeping results."""
+    WORK.mkdir(exist_ok=True)
+    for child in WORK.iterdir():
+        if child.name in KEEP:
+            continue
+        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, check=True, capture_output=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for rel in filter(None, listed):
+        src = ROOT / rel
+        if rel.startswith("mutants/") or not src.is_file():
+            continue
+        dst = WORK / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    shutil.copy2(Path(__file__).with_name("mutmut_config.py"), WORK / "mutmut_config.py")
+
+
+def environment(skip: dict[str, list[int]]) -> dict[str, str]:
+    src = [str(p) for p in sorted((WORK / "packages").glob("*/src"))]
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=os.pathsep.join(src + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
+        PYTHONDONTWRITEBYTECODE="1",  # a same-size mutant written within a second must not reuse a stale .pyc
+        ATLAS_MUTANTS_SKIP=json.dumps(skip),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        CI="",  # mutmut's --CI semantics are not wanted; golden refuses updates anyway
+    )
+    return env
+
+
+def check_imports(env: dict[str, str]) -> None:
+    """The tests must import the copy, or every mutant would survive for the wrong reason."""
+    code = f"import importlib; print(' '.join(importlib.import_module(m).__file__ for m in {PACKAGES!r}))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=WORK, env=env, check=True, capture_output=True, text=True)
+    stray = [f for f in out.stdout.split() if not Path(f).resolve().is_relative_to(WORK.resolve())]
+    if stray:
+        raise SystemExit(f"imports do not come from {WORK}: {stray}")
+
+
+def runner(module: Module) -> str:
+    args = ["scripts/mutants/pytest_status.py", "-x", "-q", "-p", "no:cacheprovider", *module.pytest_args]
+    return shlex.join([sys.executable, *args, *module.tests])
+
+
+@contextlib.contextmanager
+def module_cache(name: str):
+    """mutmut keeps one `.mutmut-cache` per directory, and with it one baseline test time, which sets the timeout
+    of every mutant: each module gets its own cache, moved into place while it is used."""
+    stored, active = WORK / "caches" / f"{name}.sqlite", WORK / ".mutmut-cache"
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    active.unlink(missing_ok=True)
+    if stored.is_file():
+        shutil.copy2(stored, active)
+    try:
+        yield active
+    finally:
+        if active.is_file():
+            shutil.move(active, stored)
+
+
+def run_module(name: str, module: Module) -> float:
+    skip = {module.path: skipped_lines(module)}
+    env = environment(skip)
+    check_imports(env)
+    cmd = [
+        str(Path(sys.executable).with_name("mutmut")), "run",
+        "--paths-to-mutate", module.path,
+        "--tests-dir", module.tests_dir,
+        "--runner", runner(module),
+        "--simple-output",
+    ]  # fmt: skip
+    print(f"\n=== {name}: {module.path}\n    tests: {' '.join(module.tests)}", flush=True)
+    start = time.monotonic()
+    with module_cache(name):
+        rc = subprocess.run(cmd, cwd=WORK, env=env).returncode
+    elapsed = time.monotonic() - start
+    if rc & 1:
+        raise SystemExit(f"mutmut failed on {name} (exit {rc}): the unmutated tests must pass first")
+    return elapsed
+
+
+STATUSES = ("ok_killed", "bad_survived", "bad_timeout", "ok_suspicious", "skipped", "untested")
+
+
+def mutants_of(path: str, cache: Path) -> list[tuple[int, str, int, str]]:
+    """(id, status, 1-based line, line text) of every mutant of `path` in `cache`."""
+    if not cache.is_file():
+        return []
+    with sqlite3.connect(cache) as db:
+        rows = db.execute(
+            "SELECT m.id, m.status, l.line_number, l.line FROM Mutant m JOIN Line l ON m.line = l.id "
+            'JOIN SourceFile s ON l.sourcefile = s.id WHERE s.filename = ? ORDER BY l.line_number, m."index"',
+            (path,),
+        ).fetchall()
+    return [(i, status, n + 1, text) for i, status, n, text in rows]
+
+
+def survivors(name: str, rows) -> list[str]:
+    """The diff of every surviving or timed-out mutant (the module's cache must be in place)."""
+    out = []
+    for mid, status, line, _ in rows:
+        if status in ("bad_survived", "bad_timeout"):
+            show = [str(Path(sys.executable).with_name("mutmut")), "show", str(mid)]
+            diff = subprocess.run(show, cwd=WORK, capture_output=True, text=True).stdout.strip()
+            out.append(f"### {name} #{mid} ({status}), line {line}\n\n```diff\n{diff}\n```\n")
+    return out
+
+
+def report(names: list[str]) -> str:
+    timings = json.loads((WORK / "timings.json").read_text()) if (WORK / "timings.json").is_file() else {}
+    out = [
+        "# Mutation testing report (`make mutants`)",
+        "",
+        "| module | mutants | killed | survived | timeout | suspicious | skipped (out of scope) | untested | took |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    details = []
+    for name in names:
+        module = MODULES[name]
+        with module_cache(name) as cache:
+            rows = mutants_of(module.path, cache)
+            details += survivors(name, rows)
+        counts = {s: sum(r[1] == s for r in rows) for s in STATUSES}
+        took = timings.get(name)
+        out.append(
+            f"| {name} | {len(rows)} | " + " | ".join(str(counts[s]) for s in STATUSES)
+            + f" | {f'{took / 60:.1f} min' if took else '-'} |"
+        )  # fmt: skip
+    return "\n".join(out + ["", "## Survivors", ""] + (details or ["none"])) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("modules", nargs="*", metavar="MODULE", help=", ".join(MODULES))
+    parser.add_argument("--report", action="store_true", help="print the report of the last runs only")
+    parser.add_argument("--list", action="store_true", help="list the modules and their tests")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.modules) - set(MODULES))
+    if unknown:
+        parser.error(f"unknown module(s) {', '.join(unknown)}; choose from {', '.join(MODULES)}")
+    names = args.modules or list(MODULES)
+    if args.list:
+        for name in names:
+            print(f"{name}: {MODULES[name].path}\n  " + "\n  ".join(MODULES[name].tests))
+        return 0
+    if not args.report:
+        sync_copy()
+        timings_file = WORK / "timings.json"
+        for name in names:
+            elapsed = run_module(name, MODULES[name])
+            timings = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
+            timings[name] = elapsed
+            timings_file.write_text(json.dumps(timings, indent=2))
+    text = report(names)
+    (WORK / "report.md").write_text(text)
+    print("\n" + text.split("\n## Survivors")[0])
+    print(f"survivors' diffs: {WORK / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
