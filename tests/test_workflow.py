@@ -48,13 +48,22 @@ def test_lint_is_clean():
     assert "Congratulations, your workflow is in a good condition" in res.stdout + res.stderr
 
 
-@pytest.mark.parametrize("extra", [[], ["--configfile", "config/paper.yaml"]], ids=["embedded", "paper"])
+@pytest.mark.parametrize(
+    "extra", [[], ["--configfile", "config/paper.yaml", "--replace-workflow-config"]], ids=["embedded", "paper"]
+)
 def test_dry_run_builds_the_whole_dag(extra, tmp_path):
     res = _snakemake("-n", *extra, results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = _jobs(res.stdout)
     assert jobs["prepare_data"] == 1 and jobs["train"] >= 8 and jobs["report"] == 1
     assert jobs["evaluate"] >= 4 * 8
+
+
+def test_the_paper_config_merged_into_the_embedded_one_fails_the_dag_build(tmp_path):
+    # without --replace-workflow-config the embedded run's batch limits would reach the paper-scale recipe
+    res = _snakemake("-n", "--configfile", "config/paper.yaml", results=tmp_path)
+    assert res.returncode != 0
+    assert "config models.transformer_pp: train.global_batch_tokens: 512 is not a multiple" in res.stderr + res.stdout
 
 
 def test_cluster_profile_dry_runs_with_slurm_and_the_paper_config(tmp_path):
@@ -125,6 +134,33 @@ def test_a_bad_override_key_fails_the_dag_build_naming_file_row_and_key(tmp_path
     assert f"{table}, row 2 (line 3): key 'use_gama_gate' is not a model setting" in res.stdout + res.stderr
 
 
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        # a value the memory op refuses, in a table row: named by file, row, run and the package's own message
+        ("table", "{table}, row 2 (line 3) (run window~0): train.model (atlas, tiny): memory: window"),
+        # an option `atlas eval niah` does not have
+        ("niah", "config evaluation.niah: atlas eval niah: unknown option --samplez (key 'samplez')"),
+        # a model override that is no AtlasConfig field
+        ("model", "config models.atlas: train.model.overrides.memory.windw: not a MemoryConfig field"),
+    ],
+)
+def test_bad_values_and_options_fail_the_dag_build_through_the_package(edit, message, tmp_path):
+    table = tmp_path / "window.tsv"
+    table.write_text("window\n1\n0\n")
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    if edit == "table":
+        cfg["ablations"]["tables"]["window"] = str(table)
+    elif edit == "niah":
+        cfg["evaluation"]["niah"]["samplez"] = cfg["evaluation"]["niah"].pop("samples")
+    else:
+        cfg["models"]["atlas"]["overrides"] = {"memory": {"windw": 4}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    res = _snakemake("-n", "--configfile", str(tmp_path / "config.yaml"), results=tmp_path)
+    assert res.returncode != 0
+    assert message.format(table=table) in res.stdout + res.stderr
+
+
 def test_ablation_table_rows_become_cells(tmp_path):
     fields = ablation_tables.ModelFields.from_repo(ROOT)
     table = tmp_path / "t.tsv"
@@ -172,7 +208,7 @@ def test_the_report_lists_the_current_ablation_cells(tmp_path):
     [
         ([], "--dim 64 --seq-len 1024 --rank 8 --window 128"),
         (
-            ["--configfile", "config/paper.yaml"],
+            ["--configfile", "config/paper.yaml", "--replace-workflow-config"],
             "--dim 256 --seq-len 2048 --rank 16 --window 512 --memories 2x1,2x4,3x1,3x4 --optimizer adam --lr 0.0003 "
             "--repeats 5 --device cuda",
         ),

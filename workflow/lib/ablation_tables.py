@@ -29,6 +29,15 @@ class AblationTableError(ValueError):
     """An ablation table that cannot become cells; the message names the file, the row and the key."""
 
 
+class Cells(dict):
+    """Run name -> overrides, in table order; `where[run]` names the row ('config/ablations/window.tsv, row 3
+    (line 4)') for errors found later, when the package validates the cell's values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.where: dict[str, str] = {}
+
+
 def class_fields(source: Path, name: str) -> frozenset[str]:
     """The annotated attributes of class `name` in `source`, read without importing it: importing atlas_model
     pulls in transformers (~6 s at every DAG build), and the workflow's own environment need not have it."""
@@ -71,7 +80,7 @@ def typed(text: str) -> Any:
     return text
 
 
-def read_table(path: Path, fields: ModelFields, shown: str | None = None) -> dict[str, dict[str, Any]]:
+def read_table(path: Path, fields: ModelFields, shown: str | None = None) -> Cells:
     """Run name -> AtlasConfig overrides ({'memory': {...}, top-level fields}) of every row, in table order."""
     shown = shown or str(path)
     with open(path, newline="") as f:
@@ -91,7 +100,7 @@ def read_table(path: Path, fields: ModelFields, shown: str | None = None) -> dic
                 f"{shown}, {where}: key {key!r} is not a model setting (neither a MemoryConfig nor an AtlasConfig "
                 f"field{'; the workflow sets it' if key in RESERVED else ''})"
             )
-    cells: dict[str, dict[str, Any]] = {}
+    cells = Cells()
     seen: dict[str, int] = {}
     for line, row in enumerate(rows[1:], start=2):
         if not any(c.strip() for c in row):
@@ -114,6 +123,7 @@ def read_table(path: Path, fields: ModelFields, shown: str | None = None) -> dic
             else:
                 overrides[key] = typed(text)
         cells[name] = overrides
+        cells.where[name] = where
     if not cells:
         raise AblationTableError(f"{shown}: no rows")
     return cells

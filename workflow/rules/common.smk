@@ -34,14 +34,8 @@ def tracking_uri():
     return resolve_tracking_uri(config["tracking"].get("uri"), RESULTS, absolute=False)
 
 
-def deep_merge(base, over):
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
+# the one merge rule of every config layer (mappings merge key by key, anything else replaces)
+from atlas_experiments.configio import merge_settings as deep_merge
 
 
 # ---- ablations: per axis, run name -> the AtlasConfig overrides of one cell (workflow/lib/ablation_tables.py);
@@ -161,3 +155,23 @@ wildcard_constraints:
     synthetic=r"mqar|mad",
     preset=r"[a-z0-9_]+",
     dataset=r"[A-Za-z0-9_\-]+",
+
+
+# ---- DAG-build validation: the package checks every run, cell and option before any job starts (a typo fails
+# `snakemake -n` naming the file, row and key); ~8 s, mostly importing atlas_model
+def _validate_config():
+    from atlas_experiments.validate import check_command_options, check_presets, check_train_configs
+
+    runs = [(f"config models.{name}", train_config("pretrain", name)) for name in config["models"]]
+    for axis, cells in ABLATIONS.items():
+        runs += [(f"{cells.where[run]} (run {run})", train_config(f"ablation_{axis}", run)) for run in cells]
+    check_train_configs(runs)
+    for task in config["evaluation"]["tasks"]:
+        check_command_options(["eval", EVAL_COMMANDS[task]], eval_args(task), f"config evaluation.{task}")
+    synthetic = config.get("synthetic", {})
+    for task in synthetic.get("tasks", []):
+        check_command_options(["eval", task], eval_args(task, section="synthetic"), f"config synthetic.{task}")
+    check_presets(synthetic.get("models", []), "config synthetic.models")
+
+
+_validate_config()

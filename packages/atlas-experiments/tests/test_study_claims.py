@@ -263,8 +263,8 @@ def test_task_cells_and_presets_do_not_mix(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"colour": 3}, "claims[omega.mqar].arms.atlas_c1.overrides (size tiny): overrides: unknown AtlasConfig field"),
-        ({"memory": {"windw": 2}}, "unknown MemoryConfig key(s): windw"),
+        ({"colour": 3}, "claims[omega.mqar].arms.atlas_c1.overrides (size tiny): overrides.colour: not an AtlasConfig"),
+        ({"memory": {"windw": 2}}, "overrides.memory.windw: not a MemoryConfig field (did you mean 'window'?)"),
         ({"memory": {"window": 0}}, "window: expected an int >= 1"),
     ],
 )

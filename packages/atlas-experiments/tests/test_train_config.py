@@ -39,6 +39,25 @@ def test_round_trip_and_grad_accum():
         ({"precision": "fp8"}, r"^train\.precision: expected one of"),
         ({"recipe": "paper-9B"}, r"^train\.recipe: unknown recipe"),
         ({"optim": {"betas": [0.9]}}, r"^optim\.betas"),
+        ({"model": {"preset": "atlsa"}}, r"^train\.model\.preset: unknown preset 'atlsa'"),
+        ({"model": {"preset": "atlas", "size": "9B"}}, r"^train\.model\.size: unknown size"),
+        ({"model": {"preset": "atlas", "overrides": {"windw": 4}}}, r"^train\.model\.overrides\.windw: not an"),
+        (
+            {"model": {"preset": "atlas", "overrides": {"memory": {"windw": 4}}}},
+            r"^train\.model\.overrides\.memory\.windw: not a MemoryConfig field \(did you mean 'window'\?\)",
+        ),
+        (
+            {"model": {"preset": "atlas", "overrides": {"memory": {"window": 0}}}},
+            r"^train\.model \(atlas, tiny\): memory",
+        ),
+        (
+            {"model": {"preset": "atlas", "overrides": {"alpha_init": 2.0}}},
+            r"^train\.model \(atlas, tiny\): alpha_init",
+        ),
+        (
+            {"recipe": "paper-760M", "model": {"preset": "atlas", "size": "340M"}},
+            r"^train\.model\.size: '340M' disagrees",
+        ),
     ],
 )
 def test_errors_name_the_key(over, match):
@@ -64,3 +83,21 @@ def test_schedule_warmup_cosine_floor():
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
     assert lrs[-1] == pytest.approx(0.1, abs=1e-3)
+
+
+def test_the_spec_builds_the_model_config_it_names():
+    cfg = _cfg(model={"preset": "atlas", "size": "tiny", "overrides": {"memory": {"window": 2}, "eta_max": 0.5}})
+    model = cfg.model.config(vocab_size=100)
+    assert (model.vocab_size, model.memory["window"], model.eta_max) == (100, 2, 0.5)
+    assert model.memory["poly_degree"] == 2  # the rest of the preset's memory stays
+    assert model.memory_config() is model.memory_config()  # parsed once, shared by the layers
+
+
+def test_one_merge_rule():
+    from atlas_experiments.configio import merge_settings
+
+    base = {"model": {"preset": "atlas", "overrides": {"memory": {"window": 4, "chunk_size": 4}}}, "lrs": [1, 2]}
+    over = {"model": {"overrides": {"memory": {"window": 8}}}, "lrs": [3]}
+    merged = merge_settings(base, over)
+    assert merged == {"model": {"preset": "atlas", "overrides": {"memory": {"window": 8, "chunk_size": 4}}}, "lrs": [3]}
+    assert base["model"]["overrides"]["memory"]["window"] == 4  # inputs untouched

@@ -6,7 +6,9 @@ once, and every package then builds its typed dataclass from that mapping (`from
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,3 +32,16 @@ def load_mapping(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigFileError(f"config file {p} must hold a mapping at the top level, got {type(data).__name__}")
     return data
+
+
+def merge_settings(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """The one merge rule of every config layer (workflow defaults + run, recipe + train config, a model's
+    overrides + a task's): a mapping merges key by key into the mapping it replaces, anything else (a number, a
+    string, a list) replaces the old value whole. Neither input is modified."""
+    out = copy.deepcopy(dict(base))
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_settings(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out

@@ -5,6 +5,7 @@ Importing the package registers `AtlasConfig` ("atlas_lm") with `AutoConfig`, `A
 
 Public API:
     AtlasConfig, AtlasConfigError, AtlasConfig.from_preset(name, size="tiny", **overrides)
+    check_overrides(overrides, where): every key an AtlasConfig field, every `memory` key a MemoryConfig field
     PRESETS (model names), SIZES (size names), PAPER_SIZES, PRESET_TABLE, SIZE_TABLE
     AtlasModel, AtlasForCausalLM, AtlasPreTrainedModel, AtlasCache
 """
@@ -12,7 +13,7 @@ Public API:
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from atlas_model.cache import AtlasCache
-from atlas_model.config import AtlasConfig, AtlasConfigError
+from atlas_model.config import AtlasConfig, AtlasConfigError, check_overrides
 from atlas_model.modeling import AtlasForCausalLM, AtlasModel, AtlasPreTrainedModel
 from atlas_model.presets import PAPER_SIZES, PRESET_TABLE, PRESETS, SIZE_TABLE, SIZES
 
@@ -34,4 +35,5 @@ __all__ = [
     "AtlasForCausalLM",
     "AtlasModel",
     "AtlasPreTrainedModel",
+    "check_overrides",
 ]

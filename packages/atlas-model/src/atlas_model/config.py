@@ -14,7 +14,11 @@ Every constant the paper leaves open is a field with a documented default (docs/
 are the "atlas" preset at the "tiny" size; use `AtlasConfig.from_preset(name, size, **overrides)` for the others.
 """
 
+import difflib
+import functools
+import json
 import math
+from collections.abc import Mapping
 from dataclasses import field, fields
 from typing import Any
 
@@ -178,10 +182,15 @@ class AtlasConfig(PreTrainedConfig):
         return MUON_ETA_INIT if muon else DELTA_ETA_INIT
 
     def memory_config(self) -> MemoryConfig:
-        """The typed `atlas_kernels.MemoryConfig` of the memory layers."""
+        """The typed `atlas_kernels.MemoryConfig` of the memory layers: parsed once per distinct setting (the
+        validation in `__post_init__` parses it first) and shared, frozen, by every layer."""
         if self.memory is None:
             raise AtlasConfigError(f"memory: mixer={self.mixer!r} has no memory layer")
-        return MemoryConfig.from_dict(self.memory)
+        try:
+            key = json.dumps(self.memory, sort_keys=True)
+        except TypeError:  # a value JSON cannot hold (the config would not save either): parse without the cache
+            return MemoryConfig.from_dict(self.memory)
+        return _parsed_memory(key)
 
     @classmethod
     def from_preset(cls, name: str, size: str = "tiny", **overrides: Any) -> "AtlasConfig":
@@ -191,10 +200,7 @@ class AtlasConfig(PreTrainedConfig):
         """
         from atlas_model.presets import preset_fields
 
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise AtlasConfigError(f"overrides: unknown AtlasConfig field(s) {', '.join(unknown)}")
+        check_overrides(overrides)
         values = preset_fields(name, size)
         memory_override = overrides.pop("memory", None)
         if memory_override is not None:
@@ -277,6 +283,36 @@ class AtlasConfig(PreTrainedConfig):
         if memory.feature_map == "exp" and self.memory_init == "zero":
             raise AtlasConfigError("memory_init: 'zero' is not defined for feature_map='exp' (use exp_init_keys=0)")
         self.memory = memory.to_dict()
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_memory(settings: str) -> MemoryConfig:
+    return MemoryConfig.from_dict(json.loads(settings))
+
+
+def check_overrides(overrides: Mapping[str, Any], where: str = "overrides") -> None:
+    """Every key of `overrides` names an `AtlasConfig` field, and every key of its `memory` mapping a
+    `MemoryConfig` field; the error names the dotted key (`model.overrides.memory.windw`) and the nearest field."""
+    if not isinstance(overrides, Mapping):
+        raise AtlasConfigError(f"{where}: expected a mapping of AtlasConfig fields, got {type(overrides).__name__}")
+    model_fields = [f.name for f in fields(AtlasConfig)]
+    for key in overrides:
+        if key not in model_fields:
+            raise AtlasConfigError(f"{where}.{key}: not an AtlasConfig field{_nearest(key, model_fields)}")
+    memory = overrides.get("memory")
+    if memory is None:
+        return
+    if not isinstance(memory, Mapping):
+        raise AtlasConfigError(f"{where}.memory: expected a mapping of MemoryConfig fields, got {memory!r}")
+    memory_fields = [f.name for f in fields(MemoryConfig)]
+    for key in memory:
+        if key not in memory_fields:
+            raise AtlasConfigError(f"{where}.memory.{key}: not a MemoryConfig field{_nearest(key, memory_fields)}")
+
+
+def _nearest(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(str(key), known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from atlas_experiments.configio import merge_settings
+
 # ------------------------------------------------------------------------------------------------------ models
 
 
@@ -141,11 +143,7 @@ def model_config(
             overrides["num_memory_heads"] = d // memory_head_dim
         if memory_expansion is not None:
             overrides["memory"] = {"expansion": memory_expansion}
-    for key, value in choice.overrides.items():
-        if key == "memory" and isinstance(value, dict):
-            overrides["memory"] = {**overrides.get("memory", {}), **value}
-        else:
-            overrides[key] = value
+    overrides = merge_settings(overrides, choice.overrides)
     overrides["vocab_size"] = vocab_size
     return atlas_model.AtlasConfig.from_preset(choice.preset, size=choice.size, **overrides)
 

@@ -18,11 +18,38 @@ TrainConfigError = ConfigError
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Which model: an `atlas_model` preset and size, plus `AtlasConfig` overrides (e.g. vocab_size)."""
+    """Which model: an `atlas_model` preset and size, plus `AtlasConfig` overrides (e.g. vocab_size; a `memory`
+    mapping merges into the preset's memory settings). Checked when built, before any job trains: the preset and
+    size exist, every override key is an `AtlasConfig` (or, under `memory`, a `MemoryConfig`) field, and the values
+    pass the model's own validation; errors name the dotted key (`train.model.overrides.memory.window`)."""
 
     preset: str
     size: str = "tiny"
     overrides: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        import atlas_model
+
+        if self.preset not in atlas_model.PRESETS:
+            known = ", ".join(atlas_model.PRESETS)
+            raise ConfigError(f"train.model.preset: unknown preset {self.preset!r} (known: {known})")
+        if self.size not in atlas_model.SIZES:
+            raise ConfigError(f"train.model.size: unknown size {self.size!r} (known: {', '.join(atlas_model.SIZES)})")
+        try:
+            atlas_model.check_overrides(self.overrides, "train.model.overrides")
+        except atlas_model.AtlasConfigError as err:
+            raise ConfigError(str(err)) from err
+        self.config()
+
+    def config(self, vocab_size: int | None = None):
+        """The `AtlasConfig` this spec names; `vocab_size` (the data's) unless the overrides set one."""
+        import atlas_model
+
+        extra = {} if vocab_size is None else {"vocab_size": vocab_size}
+        try:
+            return atlas_model.AtlasConfig.from_preset(self.preset, size=self.size, **{**extra, **self.overrides})
+        except atlas_model.AtlasConfigError as err:
+            raise ConfigError(f"train.model ({self.preset}, {self.size}): {err}") from err
 
 
 @dataclass(frozen=True)

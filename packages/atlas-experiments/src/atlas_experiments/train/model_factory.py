@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from atlas_experiments.train.config import ModelSpec
@@ -14,11 +12,9 @@ def build_model(spec: ModelSpec, vocab_size: int) -> torch.nn.Module:
     """An `atlas_model` causal LM from a preset, its vocabulary taken from the data manifest."""
     from transformers import AutoModelForCausalLM
 
-    import atlas_model
+    import atlas_model  # noqa: F401  (registers the Auto classes)
 
-    overrides: dict[str, Any] = {"vocab_size": vocab_size, **spec.overrides}
-    config = atlas_model.AtlasConfig.from_preset(spec.preset, size=spec.size, **overrides)
-    return AutoModelForCausalLM.from_config(config)
+    return AutoModelForCausalLM.from_config(spec.config(vocab_size))
 
 
 def wrap(model: torch.nn.Module, info: DistInfo, strategy: str) -> torch.nn.Module:

@@ -8,9 +8,9 @@ with `recipe: paper-760M` and overrides any key (model preset, data path, micro_
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from atlas_experiments.configio import merge_settings
 from atlas_experiments.schema import ConfigError
 
 _PAPER_SIZES = {  # size: (peak lr, training tokens)
@@ -46,23 +46,22 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "overrides":
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 def apply_recipe(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` over the recipe it names (`merge_settings`). A model size that disagrees with the recipe's is an
+    error: the recipe's lr and token budget belong to its size."""
     name = data.pop("recipe", None)
     if name is None:
         return data
     if name not in RECIPES:
         raise ConfigError(f"train.recipe: unknown recipe {name!r} (known: {', '.join(RECIPES)})")
-    merged = _merge(RECIPES[name], data)
+    recipe_size = RECIPES[name]["model"]["size"]
+    size = (data.get("model") or {}).get("size", recipe_size)
+    if size != recipe_size:
+        raise ConfigError(
+            f"train.model.size: {size!r} disagrees with recipe {name} (size {recipe_size}); drop one of them or "
+            "pick the recipe of that size"
+        )
+    merged = merge_settings(RECIPES[name], data)
     if "steps" in data:  # an explicit step count replaces the recipe's token budget
         merged.pop("tokens", None)
     return merged

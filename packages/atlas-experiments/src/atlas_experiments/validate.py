@@ -1,0 +1,62 @@
+"""Checks the workflow runs when it builds its DAG, through the package's own validation, so that a typo fails
+`snakemake -n` (naming the file, row and key) instead of a job that already holds its GPUs.
+
+Plain mappings in, `ConfigError` out; nothing here imports snakemake (the workflow calls these functions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Iterable, Sequence
+
+from atlas_experiments.schema import ConfigError
+
+
+def check_train_configs(runs: Iterable[tuple[str, dict]]) -> None:
+    """Every (where, TrainConfig mapping) builds: known keys, typed values, a model spec whose preset, size and
+    overrides pass `atlas_model`'s validation, a recipe whose size agrees. `where` prefixes the error."""
+    from atlas_experiments.train.config import TrainConfig
+
+    for where, data in runs:
+        try:
+            TrainConfig.from_dict(data)
+        except ConfigError as err:
+            raise ConfigError(f"{where}: {err}") from err
+
+
+def check_command_options(command: Sequence[str], options: str, where: str) -> None:
+    """`atlas <command...> <options>` parses: every option is one the command has and its value has the
+    option's type (required arguments that the rule adds itself, such as --out, are not asked for)."""
+    from atlas_experiments.cli import build_parser
+
+    parser = build_parser()
+    for name in command:
+        parser = _subparser(parser, name)
+    for action in parser._actions:
+        action.required = False
+
+    def fail(message: str) -> None:
+        raise ConfigError(f"{where}: atlas {' '.join(command)}: {message}")
+
+    parser.error = fail  # type: ignore[method-assign]  (argparse would exit the DAG build with its usage text)
+    _, extra = parser.parse_known_args(shlex.split(options))
+    if extra:
+        key = extra[0].lstrip("-").replace("-", "_")
+        fail(f"unknown option {extra[0]} (key {key!r})")
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            return action.choices[name]
+    raise ConfigError(f"atlas: no command {name!r}")
+
+
+def check_presets(names: Iterable[str], where: str) -> None:
+    """Every name is an `atlas_model` preset."""
+    import atlas_model
+
+    for name in names:
+        if name not in atlas_model.PRESETS:
+            raise ConfigError(f"{where}: {name!r} is not a preset (known: {', '.join(atlas_model.PRESETS)})")
