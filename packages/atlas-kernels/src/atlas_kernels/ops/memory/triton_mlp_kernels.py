@@ -1,8 +1,9 @@
 """Triton pieces of the chunkwise MLP memory shared by its forward and backward kernels, and the forward kernel.
 
-Notation and the chunk math: `triton_mlp.py` (module docstring) and docs/chunkwise.md. Window tile rows w hold the h
-halo tokens then the chunk (chunk token n at w = h + n); padded rows and columns load as 0 and get zero
-coefficients, so they never reach an output.
+Notation and the chunk math: `triton_mlp.py` (module docstring) and docs/chunkwise.md. Window tile rows w hold the
+HALO halo tokens then the chunk (chunk token n at w = HALO + n); padded rows and columns load as 0 and get zero
+coefficients, so they never reach an output. Loading a chunk, its window and the decay coefficients are the stages
+the linear kernels share (`triton_stages.py`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,18 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from atlas_kernels.ops.memory.triton_stages import (
+    chunk_span,
+    load_gates,
+    load_rows,
+    load_window_gate,
+    load_window_rows,
+    log_decay,
+    momentum_decay,
+    store_rows,
+    window_band,
+    window_source,
+)
 from atlas_kernels.ops.triton_common import dot
 
 
@@ -66,50 +79,41 @@ def _ln_params(lnw_ptr, lnb_ptr, i_h, V, rv, NORM: tl.constexpr, ACC: tl.constex
 
 
 @triton.jit
-def _load_window(k_ptr, v_ptr, g_ptr, hk_ptr, hv_ptr, hg_ptr, i_b, i_h, s, L, T, H, K, V, NH, rw, rk, rv, ACC):
-    """Window tiles (keys [BW, BK], values [BW, BV], gamma [BW]) of the chunk starting at s: positions before the
-    sequence start come from the incoming state's halo."""
-    kmask = rk < K
-    vmask = rv < V
-    wpos = s - NH + rw
-    in_seq = (rw < NH + L) & (wpos >= 0)
-    in_state = (rw < NH) & (wpos < 0)
-    wtok = (i_b * T + wpos).to(tl.int64) * H + i_h
-    sidx = ((i_b * H + i_h) * NH + s + rw).to(tl.int64)
-    wk = tl.load(k_ptr + wtok[:, None] * K + rk[None, :], mask=in_seq[:, None] & kmask[None, :], other=0.0).to(ACC)
-    wk += tl.load(hk_ptr + sidx[:, None] * K + rk[None, :], mask=in_state[:, None] & kmask[None, :], other=0.0).to(ACC)
-    wv = tl.load(v_ptr + wtok[:, None] * V + rv[None, :], mask=in_seq[:, None] & vmask[None, :], other=0.0).to(ACC)
-    wv += tl.load(hv_ptr + sidx[:, None] * V + rv[None, :], mask=in_state[:, None] & vmask[None, :], other=0.0).to(ACC)
-    wg = tl.load(g_ptr + wtok, mask=in_seq, other=0.0).to(ACC)
-    wg += tl.load(hg_ptr + sidx, mask=in_state, other=0.0).to(ACC)
-    return wk, wv, wg
+def _load_chunk(
+    q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
+    i_b, i_h, s, L, tok, valid, last, T, H, K, V, HALO, rows, rw, rk, rv, gate_eps,
+    MOMENTUM: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """The chunk's queries [BT, BK], its window tiles (keys [BW, BK], values [BW, BV]; positions before the
+    sequence start come from the incoming state's halo) and its coefficients (`_coefficients`)."""
+    q = load_rows(q_ptr, tok, valid, rk, K, ACC)
+    alpha, eta, theta = load_gates(a_ptr, e_ptr, th_ptr, tok, valid, MOMENTUM, ACC)
+    wtok, sidx, in_seq, in_state = window_source(rw, s, HALO + L, T, H, HALO, i_b, i_h)
+    wk = load_window_rows(k_ptr, halo_k_ptr, wtok, sidx, in_seq, in_state, rk, K, ACC)
+    wv = load_window_rows(v_ptr, halo_v_ptr, wtok, sidx, in_seq, in_state, rv, V, ACC)
+    wg = load_window_gate(g_ptr, halo_gamma_ptr, wtok, sidx, in_seq, in_state, ACC)
+    C, cl, A, A_L, P, P_L, r, Th_L = _coefficients(
+        alpha, eta, theta, wg, rows, rw, last, HALO, gate_eps, MOMENTUM, PREC
+    )
+    return q, wk, wv, C, cl, A, A_L, P, P_L, r, Th_L
 
 
 @triton.jit
-def _coefficients(alpha, eta, theta, wg, rows, rw, L, NH, gate_eps, MOMENTUM: tl.constexpr, PREC: tl.constexpr):
+def _coefficients(alpha, eta, theta, wg, rows, rw, last, HALO, gate_eps, MOMENTUM: tl.constexpr, PREC: tl.constexpr):
     """C [BT, BW] and its last row cl, A [BT] and A_L; with momentum P [BT], P_L, r [BW], Th_L (else zeros).
 
     Padded rows carry alpha = theta = 1 and eta = 0, so the sums over all rows are those over the L valid ones.
     """
-    lower = rows[None, :] <= rows[:, None]
-    band = (rw[None, :] >= rows[:, None]) & (rw[None, :] <= rows[:, None] + NH)  # token n's window
-    last = rows == L - 1
-    logs_a = tl.log(tl.maximum(alpha, gate_eps))
-    la = tl.cumsum(logs_a, axis=0)
+    band = window_band(rows, rw, HALO)
+    la, la_last, LA = log_decay(alpha, rows, gate_eps)
     A = tl.exp(la)
-    A_L = tl.exp(tl.sum(logs_a, axis=0))
-    LA = tl.exp(tl.where(lower, la[:, None] - la[None, :], float("-inf")))
+    A_L = tl.exp(la_last)
     G = tl.where(band, wg[None, :], 0.0)
     if MOMENTUM:
-        logs_t = tl.log(tl.maximum(theta, gate_eps))
-        lt = tl.cumsum(logs_t, axis=0)
-        lt_last = tl.sum(logs_t, axis=0)
-        Th_L = tl.exp(lt_last)
-        LT = tl.exp(tl.where(lower, lt[:, None] - lt[None, :], float("-inf")))
-        Meta = dot(LA, LT, PREC) * eta[None, :]
-        P = tl.sum(LA * tl.exp(lt)[None, :], axis=1)
+        Th, LT, Q, P, ET, Th_L = momentum_decay(theta, LA, rows, gate_eps, PREC)
+        Meta = Q * eta[None, :]
         P_L = tl.sum(tl.where(last, P, 0.0), axis=0)
-        r = tl.sum((tl.exp(lt_last - lt) * eta)[:, None] * G, axis=0)
+        r = tl.sum((ET * eta)[:, None] * G, axis=0)
     else:
         Meta = LA * eta[None, :]
         P = tl.zeros_like(A)
@@ -122,16 +126,34 @@ def _coefficients(alpha, eta, theta, wg, rows, rw, L, NH, gate_eps, MOMENTUM: tl
 
 
 @triton.jit
-def _hidden_block(d0, rd, rk, rv, K, V, DH):
-    """Hidden block [d0, d0 + BD): its indices and mask, and the offsets and masks of its W1 tile [BV, BD]
-    (V x Dh layout) and its W2 / W3 tile [BD, BK] (Dh x K layout)."""
+def _start_block(d0, rd, rk, rv, K, V, DH, wk, w1_ptr, w2_ptr, w3_ptr, base1, base2, GATED: tl.constexpr,
+                 SILU: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+    """Hidden block [d0, d0 + BD) of the chunk's start weights: its indices and mask, the offsets and masks of its
+    W1 tile [BV, BD] (V x Dh layout) and its W2 / W3 tile [BD, BK] (Dh x K layout), the W1 and W2 tiles, and the
+    first layer over the window (`_first_layer`)."""
     rdd = d0 + rd
     dmask = rdd < DH
     off1 = rv[:, None] * DH + rdd[None, :]
     m1 = (rv < V)[:, None] & dmask[None, :]
     off2 = rdd[:, None] * K + rk[None, :]
     m2 = dmask[:, None] & (rk < K)[None, :]
-    return rdd, dmask, off1, m1, off2, m2
+    W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
+    W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
+    h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
+    return rdd, dmask, off1, m1, off2, m2, W1b, W2b, h0, hs, d1, d2, g0
+
+
+@triton.jit
+def _side_tiles(wi_ptr, s_ptr, ibase, base, off, m, Wb, MOMENTUM: tl.constexpr, INIT: tl.constexpr,
+                ACC: tl.constexpr):  # fmt: skip
+    """The W_init tile (decay_target="init") and the momentum tile of a weight tile Wb; Wb itself where absent."""
+    Wib = Wb
+    if INIT:
+        Wib = tl.load(wi_ptr + ibase + off, mask=m, other=0.0).to(ACC)
+    Sb = Wb
+    if MOMENTUM:
+        Sb = tl.load(s_ptr + base + off, mask=m, other=0.0)
+    return Wib, Sb
 
 
 @triton.jit
@@ -166,6 +188,61 @@ def _retrieval_layer(q, CK, u, A, P, w_ptr, s_ptr, wi_ptr, base, ibase, off, m, 
 
 
 @triton.jit
+def _read_block(q, CK, eb, W1b, hs, d1, g0, A, P, w2_ptr, s2_ptr, wi2_ptr, w3_ptr, s3_ptr, wi3_ptr, base2, ibase2,
+                off2, m2, MOMENTUM: tl.constexpr, INIT: tl.constexpr, SILU: tl.constexpr, GATED: tl.constexpr,
+                PREC: tl.constexpr):  # fmt: skip
+    """Retrieval through the first layer of one hidden block: dh = W1^T eb over the window, the signals u2 of W2
+    (dl/da0) and u3 of W3 (dl/dgate), s(a) and s'(a) at the retrieved a_j, the hidden read-out hq = s(a) (times
+    the gate's read-out gt) and the `_retrieval_layer` by-products of W2 and W3. Without the gate, u3, gt and
+    W3's by-products are placeholders."""
+    dh = dot(eb, W1b, PREC)
+    u2 = dh * d1 * g0
+    a, qW2, qS2 = _retrieval_layer(q, CK, u2, A, P, w2_ptr, s2_ptr, wi2_ptr, base2, ibase2, off2, m2, MOMENTUM,
+                                   INIT, PREC)  # fmt: skip
+    sa, dqa = _act(a, SILU)
+    hq = sa
+    u3 = u2
+    gt = sa
+    qW3 = qW2
+    qS3 = qS2
+    if GATED:
+        u3 = dh * hs
+        gt, qW3, qS3 = _retrieval_layer(q, CK, u3, A, P, w3_ptr, s3_ptr, wi3_ptr, base2, ibase2, off2, m2,
+                                        MOMENTUM, INIT, PREC)  # fmt: skip
+        hq = sa * gt
+    return dh, u2, u3, sa, dqa, gt, hq, qW2, qS2, qW3, qS3
+
+
+@triton.jit
+def _read_out_block(yb, scores, hq, h0, W1b, A, P, wi1_ptr, s1_ptr, ibase1, base1, off1, m1,
+                    MOMENTUM: tl.constexpr, INIT: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+    """One hidden block's terms of the second layer's read-out, A_j W1 h_j (+ (1 - A_j) W_init h_j) (- P_j S1 h_j),
+    and of the scores h_j . h0_w: (yb, scores, the block's W_init and momentum tiles of W1)."""
+    Wi1b, S1b = _side_tiles(wi1_ptr, s1_ptr, ibase1, base1, off1, m1, W1b, MOMENTUM, INIT, ACC)
+    yb += A[:, None] * dot(hq, tl.trans(W1b), PREC)
+    if INIT:
+        yb += (1.0 - A[:, None]) * dot(hq, tl.trans(Wi1b), PREC)
+    scores += dot(hq, tl.trans(h0), PREC)
+    if MOMENTUM:
+        yb -= P[:, None] * dot(hq, tl.trans(S1b), PREC)
+    return yb, scores, Wi1b, S1b
+
+
+@triton.jit
+def _end_block(Wb, Wib, Sb, u, z, cl, r, A_L, P_L, Th_L, w_ptr, s_ptr, off, m, MOMENTUM: tl.constexpr,
+               INIT: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+    """Writes one tile of a layer's state at the next chunk's start (offset `off`), (C3)-(C5) with signal u and
+    input z: W = A_L Wb (+ (1 - A_L) Wib) (- P_L Sb) - sum_w C[L, w] u_w z_w^T;  S = Th_L Sb + sum_w r_w u_w z_w^T."""
+    Wn = A_L * Wb - dot(tl.trans(cl[:, None] * u), z, PREC)
+    if INIT:
+        Wn += (1.0 - A_L) * Wib
+    if MOMENTUM:
+        Wn -= P_L * Sb
+        tl.store(s_ptr + off, Th_L * Sb + dot(tl.trans(r[:, None] * u), z, PREC), mask=m)
+    tl.store(w_ptr + off, Wn, mask=m)
+
+
+@triton.jit
 def _signal(wk, wv, w1_ptr, w2_ptr, w3_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps, rk, rv, rd,
             BW: tl.constexpr, BV: tl.constexpr, BD: tl.constexpr, L2: tl.constexpr, NORM: tl.constexpr,
             RESIDUAL: tl.constexpr, SILU: tl.constexpr, GATED: tl.constexpr, ACC: tl.constexpr,
@@ -176,10 +253,9 @@ def _signal(wk, wv, w1_ptr, w2_ptr, w3_ptr, base1, base2, lnw, lnb, K, V, DH, no
     vmask = rv < V
     b0 = tl.zeros((BW, BV), dtype=ACC)
     for d0 in range(0, DH, BD):
-        rdd, dmask, off1, m1, off2, m2 = _hidden_block(d0, rd, rk, rv, K, V, DH)
-        W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
-        W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
-        h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
+        rdd, dmask, off1, m1, off2, m2, W1b, W2b, h0, hs, d1, d2, g0 = _start_block(
+            d0, rd, rk, rv, K, V, DH, wk, w1_ptr, w2_ptr, w3_ptr, base1, base2, GATED, SILU, PREC
+        )
         b0 += dot(h0, tl.trans(W1b), PREC)
     yh0 = b0
     inv0 = tl.sum(b0, axis=1) * 0.0
@@ -204,9 +280,9 @@ def _signal(wk, wv, w1_ptr, w2_ptr, w3_ptr, base1, base2, lnw, lnb, K, V, DH, no
 
 @triton.jit
 def _mlp_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, hk_ptr, hv_ptr, hg_ptr, lnw_ptr, lnb_ptr,
+    q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr, lnw_ptr, lnb_ptr,
     w1_ptr, w2_ptr, w3_ptr, s1_ptr, s2_ptr, s3_ptr, wi1_ptr, wi2_ptr, wi3_ptr, y_ptr,
-    T, H, K, V, DH, NH, CHUNK, NT, gate_eps, norm_eps,
+    T, H, K, V, DH, HALO, CHUNK, NT, gate_eps, norm_eps,
     BT: tl.constexpr, BW: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BD: tl.constexpr,
     L2: tl.constexpr, MOMENTUM: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, SILU: tl.constexpr,
     GATED: tl.constexpr, INIT: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
@@ -222,25 +298,16 @@ def _mlp_fwd_kernel(
     rk = tl.arange(0, BK)
     rv = tl.arange(0, BV)
     rd = tl.arange(0, BD)
-    kmask = rk < K
     vmask = rv < V
     lnw, lnb = _ln_params(lnw_ptr, lnb_ptr, i_h, V, rv, NORM, ACC)
     ibase1 = i_h.to(tl.int64) * V * DH
     ibase2 = i_h.to(tl.int64) * DH * K
     for i_t in range(NT):
-        s = i_t * CHUNK
-        L = tl.minimum(CHUNK, T - s)
-        valid = rows < L
-        tok = (i_b * T + s + rows).to(tl.int64) * H + i_h
-        q = tl.load(q_ptr + tok[:, None] * K + rk[None, :], mask=valid[:, None] & kmask[None, :], other=0.0).to(ACC)
-        alpha = tl.load(a_ptr + tok, mask=valid, other=1.0).to(ACC)
-        eta = tl.load(e_ptr + tok, mask=valid, other=0.0).to(ACC)
-        theta = alpha
-        if MOMENTUM:
-            theta = tl.load(th_ptr + tok, mask=valid, other=1.0).to(ACC)
-        wk, wv, wg = _load_window(k_ptr, v_ptr, g_ptr, hk_ptr, hv_ptr, hg_ptr, i_b, i_h, s, L, T, H, K, V, NH,
-                                  rw, rk, rv, ACC)  # fmt: skip
-        C, cl, A, A_L, P, P_L, r, Th_L = _coefficients(alpha, eta, theta, wg, rows, rw, L, NH, gate_eps, MOMENTUM, PREC)
+        s, L, tok, valid, last = chunk_span(i_t, CHUNK, T, H, i_b, i_h, rows)
+        q, wk, wv, C, cl, A, A_L, P, P_L, r, Th_L = _load_chunk(
+            q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
+            i_b, i_h, s, L, tok, valid, last, T, H, K, V, HALO, rows, rw, rk, rv, gate_eps, MOMENTUM, ACC, PREC,
+        )  # fmt: skip
         base1 = (i_bh.to(tl.int64) * (NT + 1) + i_t) * V * DH
         base2 = (i_bh.to(tl.int64) * (NT + 1) + i_t) * DH * K
         eb, e0, yh0, inv0 = _signal(wk, wv, w1_ptr, w2_ptr, w3_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps,
@@ -251,59 +318,32 @@ def _mlp_fwd_kernel(
         yb = tl.zeros((BT, BV), dtype=ACC)
         scores = tl.zeros((BT, BW), dtype=ACC)
         for d0 in range(0, DH, BD):
-            rdd, dmask, off1, m1, off2, m2 = _hidden_block(d0, rd, rk, rv, K, V, DH)
-            W2b = tl.load(w2_ptr + base2 + off2, mask=m2, other=0.0)
-            W1b = tl.load(w1_ptr + base1 + off1, mask=m1, other=0.0)
-            h0, hs, d1, d2, g0 = _first_layer(wk, W2b, w3_ptr, base2, off2, m2, GATED, SILU, PREC)
-            dh = dot(eb, W1b, PREC)
-            u2 = dh * d1 * g0  # the signals of W2 and W3 (gated): dl/da0, dl/dgate
-            a, qW2, qS2 = _retrieval_layer(q, CK, u2, A, P, w2_ptr, s2_ptr, wi2_ptr, base2, ibase2, off2, m2,
-                                           MOMENTUM, INIT, PREC)  # fmt: skip
-            hq, dqa = _act(a, SILU)
-            if GATED:
-                u3 = dh * hs
-                gt, qW3, qS3 = _retrieval_layer(q, CK, u3, A, P, w3_ptr, s3_ptr, wi3_ptr, base2, ibase2, off2, m2,
-                                                MOMENTUM, INIT, PREC)  # fmt: skip
-                hq = hq * gt
-            yb += A[:, None] * dot(hq, tl.trans(W1b), PREC)
-            scores += dot(hq, tl.trans(h0), PREC)
-            W2n = A_L * W2b - dot(tl.trans(cl[:, None] * u2), wk, PREC)
-            W1n = A_L * W1b - dot(tl.trans(cl[:, None] * eb), h0, PREC)
-            if INIT:
-                Wi1b = tl.load(wi1_ptr + ibase1 + off1, mask=m1, other=0.0).to(ACC)
-                yb += (1.0 - A[:, None]) * dot(hq, tl.trans(Wi1b), PREC)
-                W1n += (1.0 - A_L) * Wi1b
-                W2n += (1.0 - A_L) * tl.load(wi2_ptr + ibase2 + off2, mask=m2, other=0.0).to(ACC)
+            rdd, dmask, off1, m1, off2, m2, W1b, W2b, h0, hs, d1, d2, g0 = _start_block(
+                d0, rd, rk, rv, K, V, DH, wk, w1_ptr, w2_ptr, w3_ptr, base1, base2, GATED, SILU, PREC
+            )
+            dh, u2, u3, sa, dqa, gt, hq, qW2, qS2, qW3, qS3 = _read_block(
+                q, CK, eb, W1b, hs, d1, g0, A, P, w2_ptr, s2_ptr, wi2_ptr, w3_ptr, s3_ptr, wi3_ptr, base2, ibase2,
+                off2, m2, MOMENTUM, INIT, SILU, GATED, PREC,
+            )  # fmt: skip
+            yb, scores, Wi1b, S1b = _read_out_block(
+                yb, scores, hq, h0, W1b, A, P, wi1_ptr, s1_ptr, ibase1, base1, off1, m1, MOMENTUM, INIT, ACC, PREC
+            )
+            # the next start state (slot i + 1) of W1 (signal eb, input h0), W2 and W3 (signals u2, u3, input k)
+            _end_block(W1b, Wi1b, S1b, eb, h0, cl, r, A_L, P_L, Th_L, w1_ptr, s1_ptr, base1 + V * DH + off1, m1,
+                       MOMENTUM, INIT, PREC)  # fmt: skip
+            Wi2b, S2b = _side_tiles(wi2_ptr, s2_ptr, ibase2, base2, off2, m2, W2b, MOMENTUM, INIT, ACC)
+            _end_block(W2b, Wi2b, S2b, u2, wk, cl, r, A_L, P_L, Th_L, w2_ptr, s2_ptr, base2 + DH * K + off2, m2,
+                       MOMENTUM, INIT, PREC)  # fmt: skip
             if GATED:
                 W3b = tl.load(w3_ptr + base2 + off2, mask=m2, other=0.0)
-                W3n = A_L * W3b - dot(tl.trans(cl[:, None] * u3), wk, PREC)
-                if INIT:
-                    W3n += (1.0 - A_L) * tl.load(wi3_ptr + ibase2 + off2, mask=m2, other=0.0).to(ACC)
-            if MOMENTUM:
-                S2b = tl.load(s2_ptr + base2 + off2, mask=m2, other=0.0)
-                S1b = tl.load(s1_ptr + base1 + off1, mask=m1, other=0.0)
-                yb -= P[:, None] * dot(hq, tl.trans(S1b), PREC)
-                W2n -= P_L * S2b
-                W1n -= P_L * S1b
-                S2n = Th_L * S2b + dot(tl.trans(r[:, None] * u2), wk, PREC)
-                S1n = Th_L * S1b + dot(tl.trans(r[:, None] * eb), h0, PREC)
-                tl.store(s2_ptr + base2 + DH * K + off2, S2n, mask=m2)
-                tl.store(s1_ptr + base1 + V * DH + off1, S1n, mask=m1)
-                if GATED:
-                    S3b = tl.load(s3_ptr + base2 + off2, mask=m2, other=0.0)
-                    W3n -= P_L * S3b
-                    S3n = Th_L * S3b + dot(tl.trans(r[:, None] * u3), wk, PREC)
-                    tl.store(s3_ptr + base2 + DH * K + off2, S3n, mask=m2)
-            if GATED:
-                tl.store(w3_ptr + base2 + DH * K + off2, W3n, mask=m2)
-            tl.store(w2_ptr + base2 + DH * K + off2, W2n, mask=m2)
-            tl.store(w1_ptr + base1 + V * DH + off1, W1n, mask=m1)
+                Wi3b, S3b = _side_tiles(wi3_ptr, s3_ptr, ibase2, base2, off2, m2, W3b, MOMENTUM, INIT, ACC)
+                _end_block(W3b, Wi3b, S3b, u3, wk, cl, r, A_L, P_L, Th_L, w3_ptr, s3_ptr, base2 + DH * K + off2, m2,
+                           MOMENTUM, INIT, PREC)  # fmt: skip
         yb -= dot(C * scores, eb, PREC)
         if NORM:
             yb, yhy, invy = _layer_norm(yb, lnw, lnb, vmask, V, norm_eps)
         if RESIDUAL:
             yb += q
-        ymask = valid[:, None] & vmask[None, :]
-        tl.store(y_ptr + tok[:, None] * V + rv[None, :], yb.to(y_ptr.dtype.element_ty), mask=ymask)
+        store_rows(y_ptr, tok, valid, rv, V, yb)
         # the next chunk reads the state this one wrote, through other threads of the program
         tl.debug_barrier()
