@@ -11,6 +11,7 @@ import torch
 
 from atlas_data.synthetic.mqar import MQARConfig, generate_mqar
 from atlas_experiments.cli import main
+from atlas_experiments.evaluation import results
 from atlas_experiments.evaluation import synthetic_train as st
 
 FAST = ["--threads", "1", "--no-progress", "--no-track"]
@@ -160,7 +161,7 @@ def test_commands_track_through_track_result(tmp_path, monkeypatch):
         calls.append((result, kwargs))
         return "run-1"
 
-    monkeypatch.setattr(st, "track_result", fake_track)
+    monkeypatch.setattr(results, "track_result", fake_track)
     out = tmp_path / "learn.json"
     argv = ["eval", "learnability", "--dim", "4", "--seq-len", "16", "--window", "4", "--rank", "1", "--memories",
             "2x1", "--bins", "4", "--out", str(out), "--threads", "1", "--no-progress",

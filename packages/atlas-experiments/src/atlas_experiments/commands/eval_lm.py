@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from atlas_experiments.evaluation.long_context import BABILONG_LENGTHS, DEFAULT_DEPTHS, PAPER_NIAH_LENGTHS
 
@@ -67,9 +68,23 @@ def _add_long_context_args(p: argparse.ArgumentParser, lengths: tuple[int, ...],
     p.add_argument("--save-samples", action="store_true", help="also write every prompt and prediction (JSONL)")
 
 
+def _long_context_run(args: argparse.Namespace, scorings: list[str]) -> dict[str, Any]:
+    """The run settings S-NIAH and BABILong take alike from `_add_long_context_args` and the output options."""
+    return {
+        "scorings": scorings,
+        "haystack": args.haystack,
+        "max_new_tokens": args.max_new_tokens,
+        "seed": args.seed,
+        "out": args.out,
+        "save_samples": args.save_samples,
+        "progress": not args.no_progress,
+    }
+
+
 def run_ppl(args: argparse.Namespace) -> int:
     from atlas_experiments.evaluation.lm_protocols import ppl_lengths, run_ppl_protocol
-    from atlas_experiments.evaluation.model_io import finish, model_from_args
+    from atlas_experiments.evaluation.model_io import model_from_args
+    from atlas_experiments.evaluation.results import finish
 
     loaded = model_from_args(args)
     lengths = ppl_lengths(args.lengths, loaded.train_seq_len)
@@ -87,8 +102,9 @@ def run_ppl(args: argparse.Namespace) -> int:
 def run_lm_eval(args: argparse.Namespace) -> int:
     from atlas_experiments.evaluation.lm_eval_tasks import check_hub_access, resolve_tasks
     from atlas_experiments.evaluation.lm_protocols import run_lm_eval_protocol
-    from atlas_experiments.evaluation.model_io import finish, model_from_args
+    from atlas_experiments.evaluation.model_io import model_from_args
     from atlas_experiments.evaluation.protocol import sibling
+    from atlas_experiments.evaluation.results import finish
 
     tasks = resolve_tasks(args.tasks)
     check_hub_access(tasks)  # before loading anything: offline, fail in a second, not after minutes of retries
@@ -110,8 +126,9 @@ def run_lm_eval(args: argparse.Namespace) -> int:
 def run_niah(args: argparse.Namespace) -> int:
     from atlas_data.synthetic import niah
     from atlas_experiments.evaluation.long_context import run_niah_protocol
-    from atlas_experiments.evaluation.model_io import finish, model_from_args, parse_floats, parse_ints
+    from atlas_experiments.evaluation.model_io import model_from_args, parse_floats, parse_ints
     from atlas_experiments.evaluation.protocol import parse_scorings
+    from atlas_experiments.evaluation.results import finish
 
     specs = [niah.resolve_task(t.strip()) for t in args.tasks.split(",") if t.strip()]
     lengths = parse_ints(args.lengths, "--lengths")
@@ -128,13 +145,7 @@ def run_niah(args: argparse.Namespace) -> int:
         lengths=lengths,
         depths=depths,
         samples_per_cell=args.samples,
-        scorings=scorings,
-        haystack=args.haystack,
-        max_new_tokens=args.max_new_tokens,
-        seed=args.seed,
-        out=args.out,
-        save_samples=args.save_samples,
-        progress=not args.no_progress,
+        **_long_context_run(args, scorings),
     )
     return finish(result, args, artifact=figure)
 
@@ -142,8 +153,9 @@ def run_niah(args: argparse.Namespace) -> int:
 def run_babilong(args: argparse.Namespace) -> int:
     from atlas_data.synthetic import babilong
     from atlas_experiments.evaluation.long_context import run_babilong_protocol
-    from atlas_experiments.evaluation.model_io import finish, model_from_args, parse_ints
+    from atlas_experiments.evaluation.model_io import model_from_args, parse_ints
     from atlas_experiments.evaluation.protocol import parse_scorings
+    from atlas_experiments.evaluation.results import finish
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     for t in tasks:
@@ -159,13 +171,7 @@ def run_babilong(args: argparse.Namespace) -> int:
         tasks,
         lengths=lengths,
         samples_per_length=args.samples,
-        scorings=scorings,
-        haystack=args.haystack,
         n_facts=args.n_facts,
-        max_new_tokens=args.max_new_tokens,
-        seed=args.seed,
-        out=args.out,
-        save_samples=args.save_samples,
-        progress=not args.no_progress,
+        **_long_context_run(args, scorings),
     )
     return finish(result, args, artifact=figure)

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from atlas_experiments.evaluation.results import EvalResult
 
 log = logging.getLogger("atlas.eval")
 
@@ -119,20 +125,30 @@ def _add_model_options(p: argparse.ArgumentParser, *, width: str) -> None:
     )
 
 
-def _memory_knobs(args: argparse.Namespace) -> tuple[int | None, int | None]:
-    return (args.memory_head_dim or None), (args.memory_expansion or None)
+def _model_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The protocol fields `_add_model_options` and the shared training options set (MQAR and MAD alike)."""
+    return {
+        "layers": args.layers,
+        "heads": args.heads,
+        "memory_head_dim": args.memory_head_dim or None,  # 0: the preset's
+        "memory_expansion": args.memory_expansion or None,
+        "match_memory": args.match_memory,
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+    }
+
+
+def _finish(result: EvalResult, args: argparse.Namespace, figures: Sequence[Path] = ()) -> int:
+    from atlas_experiments.evaluation.results import finish
+
+    # a synthetic run is named by its models verbatim (they are presets or config names, not checkpoint paths)
+    return finish(result, args, figures=figures, run_name=f"{result.task}:{result.model}")
 
 
 def run_mqar_command(args: argparse.Namespace) -> int:
+    from atlas_experiments.devices import resolve_device
     from atlas_experiments.evaluation.mqar import MQARProtocol, plot_mqar, run_mqar
-    from atlas_experiments.evaluation.synthetic_train import (
-        figure_path,
-        finish,
-        parse_list,
-        parse_models,
-        resolve_device,
-        torch_threads,
-    )
+    from atlas_experiments.evaluation.synthetic_train import figure_path, parse_list, parse_models, torch_threads
 
     if args.settings:
         settings = []
@@ -152,7 +168,6 @@ def run_mqar_command(args: argparse.Namespace) -> int:
         ]
         if not settings:
             raise ValueError("--seq-lens/--kv-pairs: no valid setting (each needs 2 * pairs + 2 * queries <= T)")
-    heads, expansion = _memory_knobs(args)
     protocol = MQARProtocol(
         settings=tuple(settings),
         vocab_size=args.vocab_size,
@@ -161,13 +176,7 @@ def run_mqar_command(args: argparse.Namespace) -> int:
         train_examples=args.train_examples,
         test_examples=args.test_examples,
         widths=tuple(parse_list(args.width, int, "--width")),
-        layers=args.layers,
-        heads=args.heads,
-        memory_head_dim=heads,
-        memory_expansion=expansion,
-        match_memory=args.match_memory,
-        steps=args.steps,
-        batch_size=args.batch_size,
+        **_model_options(args),
         lrs=tuple(parse_list(args.lrs, float, "--lrs")),
         weight_decay=args.weight_decay,
     )
@@ -182,19 +191,14 @@ def run_mqar_command(args: argparse.Namespace) -> int:
             f"mqar {row['model']:>18} d={row['width']:<4} acc {row['acc']:.3f} (untrained {row['acc_init']:.3f}) "
             f"lr {row['best_lr']:g} memory {row['memory_size']}"
         )
-    return finish(result, args, [figure])
+    return _finish(result, args, [figure])
 
 
 def run_mad_command(args: argparse.Namespace) -> int:
     from atlas_data.synthetic.mad import MAD_TASKS
+    from atlas_experiments.devices import resolve_device
     from atlas_experiments.evaluation.mad import SWEEPS, MADProtocol, run_mad
-    from atlas_experiments.evaluation.synthetic_train import (
-        finish,
-        parse_list,
-        parse_models,
-        resolve_device,
-        torch_threads,
-    )
+    from atlas_experiments.evaluation.synthetic_train import parse_list, parse_models, torch_threads
 
     tasks = MAD_TASKS if args.tasks == "all" else tuple(parse_list(args.tasks, str, "--tasks"))
     widths = parse_list(args.width, int, "--width")
@@ -205,20 +209,13 @@ def run_mad_command(args: argparse.Namespace) -> int:
         lrs = tuple(parse_list(args.lrs, float, "--lrs"))
     if args.wds:
         wds = tuple(parse_list(args.wds, float, "--wds"))
-    heads, expansion = _memory_knobs(args)
     protocol = MADProtocol(
         tasks=tuple(tasks),
         grid=args.grid,
         lrs=tuple(lrs),
         wds=tuple(wds),
         width=widths[0],
-        layers=args.layers,
-        heads=args.heads,
-        memory_head_dim=heads,
-        memory_expansion=expansion,
-        match_memory=args.match_memory,
-        steps=args.steps,
-        batch_size=args.batch_size,
+        **_model_options(args),
         num_train_examples=args.train_examples,
         num_test_examples=args.test_examples,
     )
@@ -229,11 +226,12 @@ def run_mad_command(args: argparse.Namespace) -> int:
     for row in result.details["table"]:
         cells = " ".join(f"{t}={row[t]:.3f}" for t in protocol.tasks)
         print(f"mad {row['model']:>18} average {row['average']:.3f}  {cells}")
-    return finish(result, args)
+    return _finish(result, args)
 
 
 def run_learnability_command(args: argparse.Namespace) -> int:
     from atlas_data.synthetic.learnability import LearnabilityConfig
+    from atlas_experiments.devices import resolve_device
     from atlas_experiments.evaluation.learnability import (
         LearnabilityProtocol,
         parse_memories,
@@ -241,13 +239,7 @@ def run_learnability_command(args: argparse.Namespace) -> int:
         plot_learnability,
         run_learnability,
     )
-    from atlas_experiments.evaluation.synthetic_train import (
-        figure_path,
-        finish,
-        parse_list,
-        resolve_device,
-        torch_threads,
-    )
+    from atlas_experiments.evaluation.synthetic_train import figure_path, parse_list, torch_threads
 
     protocol = LearnabilityProtocol(
         stream=LearnabilityConfig(dim=args.dim, seq_len=args.seq_len, rank=args.rank, window=args.window),
@@ -266,4 +258,4 @@ def run_learnability_command(args: argparse.Namespace) -> int:
     for mlabel, per_setting in result.details["curves"].items():
         cells = " ".join(f"{s}={c['final']:.3f}" for s, c in per_setting.items())
         print(f"learnability {mlabel}: final loss {cells}")
-    return finish(result, args, [figure])
+    return _finish(result, args, [figure])

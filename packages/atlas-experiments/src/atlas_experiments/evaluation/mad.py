@@ -29,6 +29,7 @@ from atlas_experiments.evaluation.synthetic_train import (
     ModelChoice,
     TrainSettings,
     build_lm,
+    comparison_result,
     evaluate,
     fit,
     lm_forward,
@@ -335,16 +336,4 @@ def run_mad(
         {"model": c.name, **{t: scores[c.name][t] for t in protocol.tasks}, "average": metrics[f"acc/{c.name}/average"]}
         for c in models
     ]
-    return EvalResult(
-        task="mad",
-        model=",".join(c.name for c in models),
-        metrics={k: v for k, v in metrics.items() if v == v},
-        protocol={
-            **protocol.describe(),
-            "seed": seed,
-            "device": str(device),
-            "models": [c.describe() for c in models],
-        },
-        deviations=protocol.deviations(),
-        details=details,
-    )
+    return comparison_result("mad", models, protocol, metrics, details, seed=seed, device=device)

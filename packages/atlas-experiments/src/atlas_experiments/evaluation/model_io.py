@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from atlas_experiments.evaluation.results import EvalResult, track_result, write_result
-
-log = logging.getLogger("atlas.eval")
+from atlas_experiments.devices import resolve_device
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -65,15 +61,6 @@ class LoadedModel:
             "dtype": self.dtype,
             **self.info,
         }
-
-
-def resolve_device(name: str | None) -> torch.device:
-    if name in (None, "", "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: CUDA is not available on this machine")
-    return device
 
 
 def find_run_config(checkpoint: Path) -> dict[str, Any] | None:
@@ -213,23 +200,3 @@ def model_from_args(args: argparse.Namespace) -> LoadedModel:
         seed=args.seed,
         train_len=args.train_len,
     )
-
-
-def finish(result: EvalResult, args: argparse.Namespace, artifact: Path | None = None) -> int:
-    """Write the results JSON, log the MLflow run (unless --no-track) and print where things went."""
-    out = write_result(result, args.out)
-    if not args.no_track:
-        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        run_id = track_result(
-            result,
-            uri=args.tracking_uri,
-            results_root=out.parent,
-            experiment=args.experiment,
-            artifact=artifact if artifact is not None else out,
-        )
-        if run_id is None:
-            log.warning("MLflow tracking unavailable; %s is the record", out)
-        else:
-            print(f"mlflow run: {run_id}")
-    print(f"results: {out}")
-    return 0

@@ -26,6 +26,7 @@ from atlas_experiments.evaluation.synthetic_train import (
     ModelChoice,
     TrainSettings,
     build_lm,
+    comparison_result,
     count_parameters,
     evaluate,
     finite,
@@ -235,18 +236,8 @@ def run_mqar(
                 metrics[f"state_size/{key}/len={t}"] = float(s["state"])
                 metrics[f"memory_size/{key}/len={t}"] = float(s["memory"])
             metrics[f"loss_last/{key}"] = finite(best["train"]["loss_last"]) or float("nan")
-    return EvalResult(
-        task="mqar",
-        model=",".join(c.name for c in models),
-        metrics={k: v for k, v in metrics.items() if v == v},
-        protocol={
-            **protocol.describe(),
-            "seed": seed,
-            "device": str(device),
-            "models": [c.describe() for c in models],
-        },
-        deviations=protocol.deviations(),
-        details={"table": table, "runs": runs},
+    return comparison_result(
+        "mqar", models, protocol, metrics, {"table": table, "runs": runs}, seed=seed, device=device
     )
 
 

@@ -9,12 +9,18 @@ MLflow (names sanitised) with the deviations as tags, in one run per evaluation 
 
 from __future__ import annotations
 
+import argparse
+import logging
+import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from atlas_experiments._io import write_json_atomic
+
+log = logging.getLogger("atlas.eval")
 
 
 @dataclass
@@ -84,3 +90,34 @@ def track_result(
         tracker.log_artifact(Path(artifact))
     tracker.end("FINISHED")
     return tracker.run_id
+
+
+def finish(
+    result: EvalResult,
+    args: argparse.Namespace,
+    *,
+    artifact: Path | None = None,
+    figures: Sequence[Path] = (),
+    run_name: str | None = None,
+) -> int:
+    """How every `atlas eval` command ends: write the results JSON (`--out`), log the MLflow run (unless
+    `--no-track`; `artifact` is the file it keeps, the JSON by default), print where things went."""
+    out = write_result(result, args.out)
+    if not args.no_track:
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        run_id = track_result(
+            result,
+            uri=args.tracking_uri,
+            results_root=out.parent,
+            experiment=args.experiment,
+            run_name=run_name,
+            artifact=artifact if artifact is not None else out,
+        )
+        if run_id is None:
+            log.warning("MLflow tracking unavailable; %s is the record", out)
+        else:
+            print(f"mlflow run: {run_id}")
+    for path in figures:
+        print(f"figure: {path}")
+    print(f"results: {out}")
+    return 0

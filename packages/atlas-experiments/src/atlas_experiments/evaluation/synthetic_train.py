@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import math
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from atlas_data.synthetic import IGNORE_INDEX, TokenDataset
-from atlas_experiments.evaluation.results import EvalResult, track_result, write_result
+from atlas_experiments.evaluation.results import EvalResult
 from atlas_experiments.evaluation.synthetic_models import (  # noqa: F401  (re-exported: the commands import here)
     DEEP_MEMORIES,
     MemoryMatch,
@@ -45,8 +43,6 @@ from atlas_experiments.evaluation.synthetic_models import (  # noqa: F401  (re-e
 )
 from atlas_experiments.train.config import OptimConfig
 from atlas_experiments.train.optim import build_optimizer, lr_at, set_lr
-
-log = logging.getLogger("atlas.eval")
 
 DEFAULT_MODELS = ("atlas", "gated_deltanet", "transformer_pp")
 Forward = Callable[[nn.Module, torch.Tensor], torch.Tensor]
@@ -206,6 +202,33 @@ def evaluate(
     }
 
 
+def comparison_result(
+    task: str,
+    models: Sequence[ModelChoice],
+    protocol: Any,
+    metrics: dict[str, float],
+    details: dict[str, Any],
+    *,
+    seed: int,
+    device: torch.device,
+) -> EvalResult:
+    """The result of a comparison of `models` on a trained task (MQAR, MAD): the protocol as run (its `describe()`
+    plus seed, device and every arm) and its `deviations()`; NaN metrics (no scored answer) are left out."""
+    return EvalResult(
+        task=task,
+        model=",".join(c.name for c in models),
+        metrics={k: v for k, v in metrics.items() if v == v},
+        protocol={
+            **protocol.describe(),
+            "seed": seed,
+            "device": str(device),
+            "models": [c.describe() for c in models],
+        },
+        deviations=protocol.deviations(),
+        details=details,
+    )
+
+
 # ------------------------------------------------------------------------------------------------ CLI plumbing
 
 
@@ -217,15 +240,6 @@ def parse_list(text: str | None, kind: type = int, name: str = "list") -> list[A
         return [kind(s.strip()) for s in str(text).split(",") if s.strip()]
     except ValueError as exc:
         raise ValueError(f"{name}: cannot parse {text!r} as a comma-separated list of {kind.__name__}") from exc
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: CUDA is not available on this machine")
-    return device
 
 
 @contextlib.contextmanager
@@ -254,29 +268,6 @@ def add_run_options(p: argparse.ArgumentParser, default_out: str) -> None:
     o.add_argument("--experiment", default="eval", help="MLflow experiment (default eval)")
     o.add_argument("--no-track", action="store_true", help="write the JSON only, no MLflow run")
     o.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-
-def finish(result: EvalResult, args: argparse.Namespace, artifacts: Sequence[Path] = ()) -> int:
-    """Write the results JSON, log the MLflow run (unless --no-track), print where things went."""
-    out = write_result(result, args.out)
-    if not args.no_track:
-        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        run_id = track_result(
-            result,
-            uri=args.tracking_uri,
-            results_root=out.parent,
-            experiment=args.experiment,
-            run_name=f"{result.task}:{result.model}",
-            artifact=out,
-        )
-        if run_id is None:
-            log.warning("MLflow tracking unavailable; %s is the record", out)
-        else:
-            print(f"mlflow run: {run_id}")
-    for path in artifacts:
-        print(f"figure: {path}")
-    print(f"results: {out}")
-    return 0
 
 
 def figure_path(out: str | Path, suffix: str = "") -> Path:

@@ -3,12 +3,12 @@ learnability)."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 from atlas_experiments import tracking
+from atlas_experiments._io import save_figure_atomic
 
 
 def _pyplot():
@@ -18,14 +18,6 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def _save(fig, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    _pyplot().close(fig)
-    os.replace(tmp, path)
 
 
 def loss_curves(runs: list[dict], uri: str, path: Path) -> bool:
@@ -45,7 +37,7 @@ def loss_curves(runs: list[dict], uri: str, path: Path) -> bool:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure_atomic(fig, path)
     return True
 
 
@@ -61,7 +53,7 @@ def ablation_bars(axis: str, values: list[tuple[str, float]], path: Path) -> boo
     lo, hi = min(v[1] for v in values), max(v[1] for v in values)
     ax.set_ylim(lo * 0.98, hi * 1.01)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure_atomic(fig, path)
     return True
 
 
@@ -103,7 +95,7 @@ def niah_heatmaps(by_model: dict[str, dict[str, Any]], path: Path) -> bool:
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="accuracy (mean over needle types)")
-    _save(fig, path)
+    save_figure_atomic(fig, path)
     return True
 
 
@@ -123,5 +115,5 @@ def grouped_bars(title: str, ylabel: str, series: dict[str, dict[str, float]], p
     ax.set_title(title)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure_atomic(fig, path)
     return True

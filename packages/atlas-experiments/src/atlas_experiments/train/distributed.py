@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from atlas_experiments.devices import resolve_device
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -30,10 +32,10 @@ def init_distributed(device_pref: str) -> DistInfo:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = device_pref == "cuda" or (device_pref == "auto" and torch.cuda.is_available())
-    if device_pref == "cuda" and not torch.cuda.is_available():
-        raise ValueError("train.device: 'cuda' requested but no CUDA device is available")
-    device = torch.device("cuda", local) if use_cuda else torch.device("cpu")
+    device = resolve_device(
+        device_pref, index=local, unavailable="train.device: 'cuda' requested but no CUDA device is available"
+    )
+    use_cuda = device.type == "cuda"
     if use_cuda:
         torch.cuda.set_device(device)
     if world > 1 and not dist.is_initialized():

@@ -11,10 +11,8 @@ with `NonFiniteLossError`, leaving the last good checkpoint as it was.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from atlas_experiments._io import save_figure_atomic, write_json_atomic
 from atlas_experiments.train import checkpoint as ckpt
 from atlas_experiments.train.config import TrainConfig
 from atlas_experiments.train.distributed import DistInfo, all_reduce_mean, barrier, init_distributed, shutdown
@@ -108,9 +107,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
     handler = _setup_logging(out, info)
     resolved = config_dict or cfg.to_dict()
     if info.is_main:
-        tmp = out / "config.json.tmp"
-        tmp.write_text(json.dumps(resolved, indent=2))
-        os.replace(tmp, out / "config.json")
+        write_json_atomic(out / "config.json", resolved)
     tracker: tracking.Tracker = tracking.Tracker()
     status = "FAILED"
     try:
@@ -288,7 +285,4 @@ def _write_loss_curve(out: Path) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = out / "loss_curve.tmp.png"
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, out / "loss_curve.png")
+    save_figure_atomic(fig, out / "loss_curve.png")
