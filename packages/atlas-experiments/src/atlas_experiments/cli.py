@@ -17,10 +17,11 @@ from atlas_experiments import __version__
 from atlas_experiments.commands import data as data_commands
 from atlas_experiments.commands import eval as eval_commands
 from atlas_experiments.commands import report as report_commands
+from atlas_experiments.commands import study as study_commands
 from atlas_experiments.commands import track as track_commands
 from atlas_experiments.commands import train as train_commands
 
-COMMAND_GROUPS = (data_commands, train_commands, eval_commands, track_commands, report_commands)
+COMMAND_GROUPS = (data_commands, train_commands, eval_commands, track_commands, report_commands, study_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,119 @@
+"""`atlas study`: run the pre-registered claims study (packages/atlas-experiments/docs/study.md).
+
+- `plan`: list the jobs (protocol/arm/seed) the testable claims need at a scale.
+- `pilot`: time two short runs of every (protocol, arm), project the plan on the given cores and refuse it, with
+  the numbers, when it exceeds the budget; writes the projection (JSON).
+- `run`: one job: `atlas eval <task>` of the protocol for the arm and seed, its result tracked in the `study`
+  experiment under the study's parent run.
+- `report`: judge every claim by the pre-registered rule on the results that exist; verdicts.md + verdicts.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+DEFAULT_CLAIMS = "config/study/claims.yaml"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("study", help="the pre-registered claims study: plan, pilot, run, report")
+    inner = p.add_subparsers(dest="study_command", metavar="<step>", required=True)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--claims", default=DEFAULT_CLAIMS, help=f"claims file (default {DEFAULT_CLAIMS})")
+        q.add_argument("--scale", default="cpu", help="comma-separated scales to run: cpu, gpu (default cpu)")
+        q.add_argument("--root", default="results/study", help="the study's results folder (default results/study)")
+
+    q = inner.add_parser("plan", help="list the jobs of the claims testable at the scale")
+    common(q)
+    q.set_defaults(handler=plan_command)
+
+    q = inner.add_parser("pilot", help="time every arm briefly, project the plan, refuse it over the budget")
+    common(q)
+    q.add_argument("--budget-minutes", type=float, required=True, help="wall-clock budget of the whole plan")
+    q.add_argument("--cores", type=int, default=2, help="single-threaded jobs that run side by side (default 2)")
+    q.add_argument("--out", required=True, help="the projection (JSON)")
+    q.set_defaults(handler=pilot_command)
+
+    q = inner.add_parser("run", help="one job of the plan")
+    common(q)
+    q.add_argument("--job", required=True, help="protocol/arm/seedN, as `atlas study plan` lists it")
+    q.add_argument("--parent", help="parent-run record (`atlas track parent`): the run nests under it")
+    q.add_argument("--tracking-uri", help="MLflow URI (default $MLFLOW_TRACKING_URI or sqlite under --root)")
+    q.set_defaults(handler=run_command)
+
+    q = inner.add_parser("report", help="judge every claim on the results that exist")
+    common(q)
+    q.add_argument("--out", default="reports/study", help="folder of verdicts.md / verdicts.json")
+    q.set_defaults(handler=report_command)
+
+
+def _registry_and_jobs(args: argparse.Namespace):
+    from atlas_experiments.study.claims import load_claims
+    from atlas_experiments.study.plan import plan_jobs
+
+    registry = load_claims(args.claims)
+    scales = [s.strip() for s in args.scale.split(",") if s.strip()]
+    return registry, scales, plan_jobs(registry, scales)
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    _, _, jobs = _registry_and_jobs(args)
+    for job in jobs:
+        print(job.name)
+    return 0
+
+
+def pilot_command(args: argparse.Namespace) -> int:
+    from atlas_experiments.cli import main
+    from atlas_experiments.study.pilot import check_budget, measure, project, write_plan
+
+    _, _, jobs = _registry_and_jobs(args)
+    plan = project(measure(jobs, main), args.cores)
+    plan["budget_minutes"] = args.budget_minutes
+    write_plan(plan, Path(args.out).with_name(Path(args.out).stem + ".measured.json"))
+    check_budget(plan, args.budget_minutes)  # a refused plan leaves no `--out`, so no job starts
+    write_plan(plan, args.out)
+    print(f"plan: {plan['jobs']} jobs, about {plan['projected_wall_s'] / 60:.1f} min on {args.cores} cores")
+    return 0
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from atlas_experiments import tracking
+    from atlas_experiments.cli import main
+    from atlas_experiments.evaluation.results import EvalResult, track_result
+    from atlas_experiments.study.plan import write_model_files
+
+    _, _, jobs = _registry_and_jobs(args)
+    job = next((j for j in jobs if j.name == args.job), None)
+    if job is None:
+        raise ValueError(f"--job: {args.job!r} is not a job of the plan (see `atlas study plan`)")
+    write_model_files([job], args.root)
+    code = main([*job.argv(args.root), "--no-track", "--no-progress"])
+    if code:
+        return code
+    out = job.result(args.root)
+    data = json.loads(out.read_text())
+    data.pop("created", None)
+    tags = {"study.protocol": job.protocol.name, "study.arm": job.arm.name if job.arm else "all",
+            "study.seed": str(job.seed)}  # fmt: skip
+    if args.parent:
+        tags[tracking.PARENT_TAG] = tracking.read_parent(args.parent)
+    run_id = track_result(EvalResult(**data), uri=args.tracking_uri, results_root=Path(args.root), experiment="study",
+                          run_name=job.name, tags=tags, artifact=out)  # fmt: skip
+    print(f"study job {job.name}: {out}" + (f" (mlflow run {run_id})" if run_id else ""))
+    return 0
+
+
+def report_command(args: argparse.Namespace) -> int:
+    from atlas_experiments.study.report import judge_all, render, write_report
+
+    registry, scales, _ = _registry_and_jobs(args)
+    records = judge_all(registry, args.root, scales)
+    path = write_report(records, render(records, registry, scales), args.out)
+    for r in records:
+        print(f"{r['claim']:<40} {r['verdict']}")
+    print(f"verdicts: {path}")
+    return 0

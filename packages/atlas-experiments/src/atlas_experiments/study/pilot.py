@@ -1,0 +1,121 @@
+"""The study's pilot: time every (protocol, arm) on two short runs, project the whole plan, refuse what does not fit.
+
+A job's time is modelled as fixed + per_unit x units, where the unit is the task's cost knob (MQAR: training
+steps; learnability: stream positions). Two short runs of the same command (units a < b) give
+per_unit = (t_b - t_a) / (b - a) and fixed = t_a - a x per_unit; every seed of the arm costs the same. The plan's
+wall time on `cores` single-threaded workers is bounded below by both the summed job time / cores and the longest
+job: the pilot reports the larger (`projected_wall_s`) and refuses a plan over the budget, naming the costliest
+arms. The pilot's own runs write to a scratch folder, never to the study's results.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from atlas_experiments.study.plan import Job, write_model_files
+
+# the cost knob per task and the two short sizes the pilot runs
+KNOBS: dict[str, tuple[str, int, int]] = {"mqar": ("steps", 4, 12), "learnability": ("seq_len", 128, 384)}
+# the options that keep a pilot run short without changing its per-unit cost
+SHORT: dict[str, dict[str, Any]] = {"mqar": {"test_examples": 16}, "learnability": {"repeats": 1}}
+
+
+class BudgetError(RuntimeError):
+    """The projected plan exceeds the budget; the message gives the numbers."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    protocol: str
+    arm: str
+    knob: str
+    units: int  # what one real job runs (its knob's value)
+    jobs: int  # seeds
+    fixed_s: float
+    per_unit_s: float
+
+    @property
+    def job_s(self) -> float:
+        return self.fixed_s + self.per_unit_s * self.units
+
+    @property
+    def total_s(self) -> float:
+        return self.job_s * self.jobs
+
+
+def timed(run: Callable[[list[str]], int], argv: list[str]) -> float:
+    start = time.perf_counter()
+    code = run(argv)
+    if code:
+        raise RuntimeError(f"pilot: `atlas {' '.join(argv)}` exited with {code}")
+    return time.perf_counter() - start
+
+
+def measure(jobs: Sequence[Job], run: Callable[[list[str]], int]) -> list[Timing]:
+    """Time two short runs of each (protocol, arm) of `jobs` with `run(argv)` (the `atlas` entry point)."""
+    groups: dict[tuple[str, str], list[Job]] = {}
+    for job in jobs:
+        groups.setdefault((job.protocol.name, job.arm.name if job.arm else "all"), []).append(job)
+    scratch = Path(tempfile.mkdtemp(prefix="atlas-pilot-"))
+    try:
+        timings = []
+        for (protocol, arm), group in groups.items():
+            job = group[0]
+            task = job.protocol.task
+            knob, a, b = KNOBS[task]
+            write_model_files([job], scratch)
+            base = {**SHORT[task], "no_track": True, "no_progress": True}
+            t_a = timed(run, job.argv(scratch, overrides={**base, knob: a}))
+            t_b = timed(run, job.argv(scratch, overrides={**base, knob: b}))
+            per_unit = max(0.0, (t_b - t_a) / (b - a))
+            units = int(job.protocol.args.get(knob, 0))
+            timings.append(Timing(protocol, arm, knob, units, len(group), max(0.0, t_a - a * per_unit), per_unit))
+        return timings
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def project(timings: Sequence[Timing], cores: int) -> dict[str, Any]:
+    total = sum(t.total_s for t in timings)
+    longest = max((t.job_s for t in timings), default=0.0)
+    return {
+        "cores": cores,
+        "jobs": sum(t.jobs for t in timings),
+        "total_job_s": round(total, 1),
+        "longest_job_s": round(longest, 1),
+        "projected_wall_s": round(max(total / max(1, cores), longest), 1),
+        "timings": [{**asdict(t), "job_s": round(t.job_s, 2), "total_s": round(t.total_s, 1)} for t in timings],
+    }
+
+
+def check_budget(plan: dict[str, Any], budget_minutes: float) -> None:
+    """Raise `BudgetError` when the projected wall time exceeds the budget, naming the costliest arms."""
+    wall = plan["projected_wall_s"]
+    if wall <= budget_minutes * 60:
+        return
+    costly = sorted(plan["timings"], key=lambda t: -t["total_s"])[:5]
+    rows = "; ".join(
+        f"{t['protocol']}/{t['arm']}: {t['jobs']} x {t['job_s']:.0f} s ({t['per_unit_s']:.3f} s per {t['knob']} unit)"
+        for t in costly
+    )
+    raise BudgetError(
+        f"the plan needs about {wall / 60:.1f} min on {plan['cores']} cores ({plan['jobs']} jobs, "
+        f"{plan['total_job_s'] / 60:.1f} min of job time), over the budget of {budget_minutes:g} min. "
+        f"Costliest: {rows}. Cut arms or seeds with a dated amendment of the claims file, or raise the budget."
+    )
+
+
+def write_plan(plan: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(plan, indent=2, sort_keys=True))
+    tmp.replace(path)
+    return path

@@ -1,0 +1,126 @@
+"""The study's jobs: which (protocol, arm, seed) runs the registered claims need at a scale, the `atlas eval`
+command of each, and where its metric value sits in the result (docs/study.md, "Running the study").
+
+A job is one command of the product (`atlas eval mqar | learnability`), so the study measures exactly what a user
+runs; an arm that is a model (a preset plus overrides) becomes a model file for `--models`, an arm that selects a
+cell of a task (a learnability stream) shares its seed's run with the other cells.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from atlas_experiments.study.claims import Arm, Claim, Protocol, Registry
+
+# the tasks a job can run; `lm` (pretraining) is the GPU panel's, see study/gpu_panel
+JOB_TASKS = ("mqar", "learnability")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of the study: `protocol` for `arm` (None: every cell of a select task) with `seed`."""
+
+    protocol: Protocol
+    arm: Arm | None
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.protocol.name}/{self.arm.name if self.arm else 'all'}/seed{self.seed}"
+
+    def result(self, root: str | Path) -> Path:
+        return Path(root) / f"{self.name}.json"
+
+    def model_file(self, root: str | Path) -> Path | None:
+        return None if self.arm is None else Path(root) / "arms" / f"{self.arm.name}.json"
+
+    def argv(self, root: str | Path, *, overrides: Mapping[str, Any] | None = None) -> list[str]:
+        """`atlas eval <task> ...` for this job; `overrides` replace protocol options (the pilot's short runs)."""
+        args = {**self.protocol.args, **(overrides or {})}
+        argv = ["eval", self.protocol.task]
+        if self.arm is not None:
+            argv += ["--models", str(self.model_file(root))]
+            if self.protocol.size:
+                argv += ["--size", self.protocol.size]
+        for key, value in args.items():
+            flag = f"--{key.replace('_', '-')}"
+            if value is True:
+                argv.append(flag)
+            elif value is not False and value is not None:
+                argv += [flag, ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)]
+        return [*argv, "--seed", str(self.seed), "--out", str(self.result(root))]
+
+
+def model_spec(arm: Arm) -> dict[str, Any]:
+    """The `--models` file of a model arm: its preset and overrides under its own name (the metrics' label)."""
+    return {"name": arm.name, "preset": arm.preset, "overrides": arm.config_overrides()}
+
+
+def write_model_files(jobs: Iterable[Job], root: str | Path) -> None:
+    for job in jobs:
+        path = job.model_file(root)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(model_spec(job.arm), indent=2, sort_keys=True))
+            tmp.replace(path)
+
+
+def planned_claims(registry: Registry, scales: Iterable[str]) -> list[Claim]:
+    """The testable claims whose protocol runs at one of `scales` on a task a job can run."""
+    scales = set(scales)
+    out = []
+    for claim in registry.claims:
+        protocol = registry.protocol_of(claim)
+        if claim.testable and protocol is not None and protocol.scale in scales and protocol.task in JOB_TASKS:
+            out.append(claim)
+    return out
+
+
+def plan_jobs(registry: Registry, scales: Iterable[str]) -> list[Job]:
+    """Every job the planned claims need, once each (claims that share a protocol and arm share its runs)."""
+    jobs: dict[str, Job] = {}
+    for claim in planned_claims(registry, scales):
+        protocol = registry.protocol_of(claim)
+        for arm in claim.arms:
+            for seed in protocol.seeds:
+                job = Job(protocol, None if arm.select else arm, seed)
+                jobs.setdefault(job.name, job)
+    return list(jobs.values())
+
+
+def metric_key(claim: Claim, protocol: Protocol, arm: Arm) -> str:
+    """Where a claim's metric for `arm` sits in its job's results (`metrics` of the results JSON)."""
+    if protocol.task == "mqar":
+        if claim.metric.name != "accuracy":
+            raise ValueError(f"{claim.id}: mqar jobs report accuracy, not {claim.metric.name!r}")
+        return f"acc/{arm.name}/d={protocol.args['width']}"
+    if protocol.task == "learnability":
+        from atlas_experiments.evaluation.learnability import memory_label, setting_label
+
+        layers, expansion = (int(v) for v in str(arm.select["memory"]).split("x"))
+        return f"{claim.metric.name}/{memory_label(layers, expansion)}/{setting_label(arm.select['setting'])}"
+    raise ValueError(f"{claim.id}: no job runs task {protocol.task!r}")
+
+
+def arm_values(claim: Claim, registry: Registry, root: str | Path) -> tuple[dict[str, dict[int, float]], list[str]]:
+    """{arm: {seed: metric value}} of a claim from its jobs' results, and the jobs whose results are missing."""
+    protocol = registry.protocol_of(claim)
+    values: dict[str, dict[int, float]] = {}
+    missing = []
+    for arm in claim.arms:
+        for seed in protocol.seeds:
+            job = Job(protocol, None if arm.select else arm, seed)
+            path = job.result(root)
+            if not path.is_file():
+                missing.append(job.name)
+                continue
+            metrics = json.loads(path.read_text())["metrics"]
+            key = metric_key(claim, protocol, arm)
+            # a diverged run leaves its metric out of the results: NaN, which the rule treats as a failed seed
+            values.setdefault(arm.name, {})[seed] = float(metrics.get(key, float("nan")))
+    return values, missing

@@ -1,0 +1,112 @@
+"""The study's verdicts: every registered claim, judged by the pre-registered rule on the runs that exist.
+
+Claims whose protocol ran get a verdict with every number it rests on (per-seed arm values, signed differences,
+mean, seed sd, CI, p, the effect the seeds can resolve); claims whose protocol belongs to another scale say where
+they can be tested, and claims no scale can test say why. Nothing is judged on an incomplete set of seeds: a claim
+with a missing run is reported as "not run" with the missing jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from atlas_experiments.reporting.markdown import fmt, table
+from atlas_experiments.study.claims import Claim, Registry
+from atlas_experiments.study.decision import DecisionError, judge_claim
+from atlas_experiments.study.plan import arm_values, planned_claims
+
+
+def judge_all(registry: Registry, root: str | Path, scales: Iterable[str]) -> list[dict[str, Any]]:
+    """One record per claim: verdict (holds | does not hold | inconclusive | not run | other scale | not
+    testable), the decision's numbers and the arm values it used."""
+    planned = {c.id for c in planned_claims(registry, scales)}
+    out = []
+    for claim in registry.claims:
+        record: dict[str, Any] = {"claim": claim.id, "statement": claim.statement, "paper": claim.paper_value,
+                                  "source": claim.source, "scale": claim.scale, "delta": claim.delta,
+                                  "delta_unit": claim.delta_unit, "evidence": claim.evidence}  # fmt: skip
+        if not claim.testable:
+            out.append({**record, "verdict": "not testable", "why": claim.why})
+            continue
+        if claim.id not in planned:
+            out.append({**record, "verdict": "other scale", "why": f"protocol {claim.protocol} runs at {claim.scale}"})
+            continue
+        values, missing = arm_values(claim, registry, root)
+        if missing:
+            out.append({**record, "verdict": "not run", "why": f"missing: {', '.join(missing)}", "values": values})
+            continue
+        try:
+            decision = judge_claim(claim, values, registry.protocol_of(claim).seeds)
+        except DecisionError as exc:
+            out.append({**record, "verdict": "not run", "why": str(exc), "values": values})
+            continue
+        out.append({**record, **decision.to_dict(), "values": values})
+    return out
+
+
+def _claim_section(record: dict[str, Any], claim: Claim) -> str:
+    lines = [f"### `{record['claim']}`: **{record['verdict']}**\n", f"{record['statement']} Paper: {record['source']}, "
+             f"{record['paper']}. Minimum effect: {fmt(record['delta'])} ({record['delta_unit']}); evidence: "
+             f"{record['evidence']}.\n"]  # fmt: skip
+    if "comparisons" not in record:
+        lines.append(f"{record.get('why', '')}\n")
+        return "\n".join(lines)
+    seeds = sorted({s for v in record["values"].values() for s in v})
+    lines.append(table(["arm", *[f"seed {s}" for s in seeds]],
+                       [[arm, *[v.get(s) for s in seeds]] for arm, v in record["values"].items()]))  # fmt: skip
+    rows = []
+    for label, d in record["comparisons"].items():
+        ci = f"[{fmt(d['ci'][0], 3)}, {fmt(d['ci'][1], 3)}]"
+        diffs = ", ".join(fmt(x, 3) for x in d["differences"])
+        rows.append([label, d["verdict"], diffs, d["mean"], d["sd"], ci, d["p_value"], d["resolvable"], d["reason"]])
+    header = ["comparison", "verdict", "d_s (per seed)", "mean", "seed sd", "90% CI", "p", "resolvable", "why"]
+    lines.append(table(header, rows))
+    return "\n".join(lines)
+
+
+def render(records: list[dict[str, Any]], registry: Registry, scales: Iterable[str]) -> str:
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    summary = [[r["claim"], r["verdict"], r["scale"], r.get("why", "") if "comparisons" not in r else ""]
+               for r in records]  # fmt: skip
+    out = [
+        "# The claims study: verdicts\n",
+        f"Claims registered {registry.registered} (`config/study/claims.yaml`, {len(registry.amendments)} "
+        f"amendment(s)); scales run here: {', '.join(sorted(scales))}. The rule (docs/study.md): arms paired by seed; "
+        "holds = every d_s > 0, mean >= delta and one-sided paired t p < 0.05; does not hold = every d_s < 0 with "
+        "mean <= -delta, or the 90% CI inside +-delta; otherwise inconclusive. `resolvable` is the smallest mean the "
+        "seeds could have shown at p < 0.05.\n",
+        "Counts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + "\n",
+        table(["claim", "verdict", "scale", "note"], summary),
+        "## Claims judged here\n",
+    ]
+    for record in records:
+        if "comparisons" in record or record["verdict"] == "not run":
+            out.append(_claim_section(record, registry.claim(record["claim"])))
+    return "\n".join(out)
+
+
+def write_report(records: list[dict[str, Any]], text: str, out_dir: str | Path) -> Path:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, body in (("verdicts.json", json.dumps(_finite(records), indent=2)), ("verdicts.md", text)):
+        tmp = out_dir / f".{name}.tmp"
+        tmp.write_text(body)
+        tmp.replace(out_dir / name)
+    return out_dir / "verdicts.md"
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN / inf: written as null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj

@@ -1,0 +1,134 @@
+"""Running the claims study: the plan of jobs, the pilot's projection and refusal, one real job end to end, and
+verdicts from results (the rule itself: test_study_decision.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from atlas_experiments.cli import main
+from atlas_experiments.study import pilot
+from atlas_experiments.study.claims import load_claims, parse_claims
+from atlas_experiments.study.plan import Job, arm_values, metric_key, plan_jobs
+from atlas_experiments.study.report import judge_all, render
+
+ROOT = Path(__file__).resolve().parents[3]
+TINY_MQAR = {"settings": "16x2", "vocab_size": 16, "width": 16, "layers": 1, "steps": 2, "batch_size": 2,
+             "lrs": "3e-3", "test_examples": 4, "memory_head_dim": 8, "memory_expansion": 2, "threads": 1}  # fmt: skip
+
+
+def tiny_claims() -> dict:
+    """Two arms on a tiny MQAR protocol (one testable claim), a learnability claim, a GPU and a cluster claim."""
+    claim = {"paper": {"source": "Table 6", "value": "x"}, "delta": {"value": 0.05, "unit": "accuracy"},
+             "metric": {"task": "mqar", "name": "accuracy", "better": "higher"}}  # fmt: skip
+    return {
+        "schema": 1, "registered": "2026-12-01", "rule": {"alpha": 0.05, "ci_level": 0.90, "min_seeds": 3},
+        "amendments": [], "tuning_history": [], "not_registered": [],
+        "protocols": {
+            "mqar_tiny": {"task": "mqar", "scale": "cpu", "size": "tiny", "seeds": [1, 2, 3], "args": TINY_MQAR},
+            "learn": {"task": "learnability", "scale": "cpu", "seeds": [1, 2, 3],
+                      "args": {"dim": 16, "seq_len": 64, "rank": 2, "window": 8, "memories": "2x1", "threads": 1}},
+            "lm": {"task": "lm", "scale": "gpu", "seeds": [1, 2, 3]},
+        },
+        "arms": {"gdn": {"preset": "gated_deltanet"}, "tpp": {"preset": "transformer_pp"},
+                 "gdn_small": {"preset": "gated_deltanet", "overrides": {"num_memory_heads": 4}},
+                 "low_rank": {"select": {"setting": "low_rank", "memory": "2x1"}},
+                 "mlp": {"select": {"setting": "mlp", "memory": "2x1"}}},
+        "claims": [
+            {**claim, "id": "a.mqar", "statement": "tpp beats gdn", "arms": ["tpp", "gdn"],
+             "predicted": {"order": ["tpp", "gdn"]},
+             "test": {"scale": "cpu", "testable": True, "protocol": "mqar_tiny", "evidence": "proxy"}},
+            {**claim, "id": "b.learn", "statement": "low rank is easier", "arms": ["low_rank", "mlp"],
+             "predicted": {"order": ["low_rank", "mlp"]},
+             "metric": {"task": "learnability", "name": "final_loss", "better": "lower"},
+             "test": {"scale": "cpu", "testable": True, "protocol": "learn", "evidence": "direct"}},
+            {**claim, "id": "c.lm", "statement": "gdn beats gdn_small", "arms": ["gdn", "gdn_small"],
+             "predicted": {"order": ["gdn", "gdn_small"]},
+             "metric": {"task": "lm", "name": "val_loss", "better": "lower"},
+             "test": {"scale": "gpu", "testable": True, "protocol": "lm", "evidence": "direct"}},
+            {**claim, "id": "d.paper", "statement": "far away", "arms": ["gdn", "tpp"],
+             "predicted": {"order": ["gdn", "tpp"]},
+             "test": {"scale": "cluster", "testable": False, "evidence": "direct"}, "why": "paper scale only"},
+        ],
+    }  # fmt: skip
+
+
+def test_the_registered_plan_at_cpu_scale():
+    registry = load_claims(ROOT / "config" / "study" / "claims.yaml")
+    jobs = plan_jobs(registry, ["cpu"])
+    names = [j.name for j in jobs]
+    assert len(names) == len(set(names))  # claims sharing a protocol and arm share its runs
+    assert "mqar_cpu/atlas/seed10" in names and "learnability_cpu/all/seed14" in names
+    assert not any(n.startswith("lm_gpu/") for n in names)  # the GPU panel's, not the CPU plan's
+    job = next(j for j in jobs if j.name == "mqar_fig7_cpu/gated_deltanet/seed11")
+    argv = job.argv("r")
+    assert argv[:4] == ["eval", "mqar", "--models", "r/arms/gated_deltanet.json"]
+    assert argv[argv.index("--match-memory") + 1] == "atlas" and argv[-4:] == [
+        "--seed",
+        "11",
+        "--out",
+        str(job.result("r")),
+    ]
+
+
+def test_metric_keys_are_where_the_commands_write_them():
+    registry = parse_claims(tiny_claims())
+    claim, learn = registry.claim("a.mqar"), registry.claim("b.learn")
+    assert metric_key(claim, registry.protocol_of(claim), registry.arms["gdn"]) == "acc/gdn/d=16"
+    key = metric_key(learn, registry.protocol_of(learn), registry.arms["mlp"])
+    assert key == "final_loss/layers=2/exp=1/2_mlp"
+
+
+def test_the_pilot_projects_and_refuses_with_the_numbers(monkeypatch):
+    registry = parse_claims(tiny_claims())
+    jobs = [j for j in plan_jobs(registry, ["cpu"]) if j.protocol.task == "mqar"]
+    clock = {"t": 0.0}
+
+    def fake_run(argv):  # 3 s fixed + 0.5 s per step for tpp, 0.25 s for gdn
+        steps = int(argv[argv.index("--steps") + 1])
+        arm = Path(argv[argv.index("--models") + 1]).stem
+        clock["t"] += 3.0 + steps * (0.5 if arm == "tpp" else 0.25)
+        return 0
+
+    monkeypatch.setattr(pilot.time, "perf_counter", lambda: clock["t"])
+    timings = {t.arm: t for t in pilot.measure(jobs, fake_run)}
+    assert timings["tpp"].per_unit_s == pytest.approx(0.5) and timings["tpp"].fixed_s == pytest.approx(3.0)
+    assert timings["gdn"].job_s == pytest.approx(3.0 + 2 * 0.25) and timings["gdn"].jobs == 3
+    plan = pilot.project(list(timings.values()), cores=2)
+    assert plan["projected_wall_s"] == pytest.approx(3 * (4.0 + 3.5) / 2, abs=0.1)
+    pilot.check_budget(plan, budget_minutes=1)
+    with pytest.raises(pilot.BudgetError, match=r"about 0\.2 min on 2 cores \(6 jobs.*over the budget of 0\.1 min"):
+        pilot.check_budget(plan, budget_minutes=0.1)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_jobs_run_and_the_verdicts_follow_the_rule(tmp_path):
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(yaml.safe_dump(tiny_claims()))
+    root = tmp_path / "study"
+    common = ["--claims", str(claims), "--root", str(root)]
+    assert main(["study", "run", *common, "--job", "mqar_tiny/gdn/seed1", "--tracking-uri",
+                 f"sqlite:///{tmp_path}/mlflow.db"]) == 0  # fmt: skip
+    result = json.loads((root / "mqar_tiny" / "gdn" / "seed1.json").read_text())
+    assert "acc/gdn/d=16" in result["metrics"] and result["protocol"]["seed"] == 1
+    registry = parse_claims(tiny_claims())
+    records = {r["claim"]: r for r in judge_all(registry, root, ["cpu"])}
+    assert records["a.mqar"]["verdict"] == "not run" and "mqar_tiny/tpp/seed1" in records["a.mqar"]["why"]
+    assert records["c.lm"]["verdict"] == "other scale" and records["d.paper"]["verdict"] == "not testable"
+    # hand-made results: tpp beats gdn by 0.2, 0.3, 0.25 (all > 0, mean 0.25 >= 0.05, t = 8.66, p = 0.0065)
+    for arm, accs in (("tpp", (0.9, 0.8, 0.85)), ("gdn", (0.7, 0.5, 0.6))):
+        for seed, acc in zip((1, 2, 3), accs):
+            job = Job(registry.protocols["mqar_tiny"], registry.arms[arm], seed)
+            job.result(root).parent.mkdir(parents=True, exist_ok=True)
+            job.result(root).write_text(json.dumps({"metrics": {f"acc/{arm}/d=16": acc}}))
+    values, missing = arm_values(registry.claim("a.mqar"), registry, root)
+    assert not missing and values["tpp"] == {1: 0.9, 2: 0.8, 3: 0.85}
+    record = {r["claim"]: r for r in judge_all(registry, root, ["cpu"])}["a.mqar"]
+    assert record["verdict"] == "holds"
+    (comparison,) = record["comparisons"].values()
+    assert comparison["mean"] == pytest.approx(0.25) and comparison["p_value"] == pytest.approx(0.00652, abs=2e-4)
+    text = render(list({r["claim"]: r for r in judge_all(registry, root, ["cpu"])}.values()), registry, ["cpu"])
+    assert "### `a.mqar`: **holds**" in text and "| tpp | 0.9 | 0.8 | 0.85 |" in text

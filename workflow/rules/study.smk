@@ -1,0 +1,114 @@
+# The pre-registered claims study: pilot (budget check) -> one job per (protocol, arm, seed) -> verdicts.
+# Jobs are `atlas study run` (the product's `atlas eval` of the protocol), tracked in the MLflow experiment
+# `study` under one parent run; the verdicts apply the registered decision rule (atlas_experiments.study).
+import yaml
+
+STUDY = config.get("study") or yaml.safe_load((ROOT / "config" / "study.yaml").read_text())["study"]
+STUDY_ROOT = f"{RESULTS}/study"
+STUDY_ARGS = f"--claims {STUDY['claims']} --scale {STUDY['scale']} --root {STUDY_ROOT}"
+
+
+def study_jobs():
+    from atlas_experiments.study.claims import load_claims
+    from atlas_experiments.study.plan import plan_jobs
+
+    registry = load_claims(ROOT / STUDY["claims"])
+    return [job.name for job in plan_jobs(registry, STUDY["scale"].split(","))]
+
+
+STUDY_JOBS = study_jobs()
+
+
+localrules:
+    study,
+    study_parent,
+    study_report,
+
+
+rule study_pilot:
+    output:
+        plan=f"{STUDY_ROOT}/plan.json",
+    params:
+        atlas=ATLAS,
+        args=STUDY_ARGS,
+        budget=STUDY["budget_minutes"],
+        cores=STUDY["cores"],
+    threads: STUDY["cores"]
+    log:
+        f"{RESULTS}/logs/study/pilot.log",
+    conda:
+        "../envs/atlas.yaml"
+    shell:
+        "OMP_NUM_THREADS=1 {params.atlas} study pilot {params.args} --budget-minutes {params.budget} "
+        "--cores {params.cores} --out {output.plan} > {log} 2>&1"
+
+
+rule study_parent:
+    output:
+        record=f"{STUDY_ROOT}/parent.json",
+    params:
+        atlas=ATLAS,
+        uri=tracking_uri(),
+        spec=json.dumps({"claims": STUDY["claims"], "scale": STUDY["scale"]}, sort_keys=True),
+        claims=STUDY["claims"],
+    log:
+        f"{RESULTS}/logs/study/parent.log",
+    conda:
+        "../envs/atlas.yaml"
+    shell:
+        "{params.atlas} track parent --experiment study --name study:{STUDY[scale]} --record {output.record} "
+        "--tracking-uri {params.uri:q} --params {params.spec:q} --artifact {params.claims} > {log} 2>&1"
+
+
+rule study_job:
+    input:
+        plan=f"{STUDY_ROOT}/plan.json",
+        parent=ancient(f"{STUDY_ROOT}/parent.json"),
+    output:
+        result=f"{STUDY_ROOT}/{{protocol}}/{{arm}}/seed{{seed}}.json",
+    params:
+        atlas=ATLAS,
+        args=STUDY_ARGS,
+        uri=tracking_uri(),
+    threads: 1
+    resources:
+        gpu=0,
+        mem_mb=config["resources"]["eval"]["mem_mb"],
+        runtime=config["resources"]["eval"]["runtime"],
+    log:
+        f"{RESULTS}/logs/study/{{protocol}}/{{arm}}/seed{{seed}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/study/{{protocol}}/{{arm}}/seed{{seed}}.tsv"
+    conda:
+        "../envs/atlas.yaml"
+    shell:
+        "OMP_NUM_THREADS=1 {params.atlas} study run {params.args} --job {wildcards.protocol}/{wildcards.arm}/"
+        "seed{wildcards.seed} --parent {input.parent} --tracking-uri {params.uri:q} > {log} 2>&1"
+
+
+rule study_report:
+    input:
+        [f"{STUDY_ROOT}/{job}.json" for job in STUDY_JOBS],
+    output:
+        verdicts=f"{STUDY['report_dir']}/verdicts.md",
+    params:
+        atlas=ATLAS,
+        args=STUDY_ARGS,
+        out=STUDY["report_dir"],
+    log:
+        f"{RESULTS}/logs/study/report.log",
+    conda:
+        "../envs/atlas.yaml"
+    shell:
+        "{params.atlas} study report {params.args} --out {params.out} > {log} 2>&1"
+
+
+rule study:
+    input:
+        f"{STUDY['report_dir']}/verdicts.md",
+
+
+wildcard_constraints:
+    protocol=r"[a-z0-9_]+",
+    arm=r"[a-z0-9_]+",
+    seed=r"\d+",
