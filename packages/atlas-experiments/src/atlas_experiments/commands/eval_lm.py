@@ -68,10 +68,15 @@ def _add_long_context_args(p: argparse.ArgumentParser, lengths: tuple[int, ...],
     p.add_argument("--save-samples", action="store_true", help="also write every prompt and prediction (JSONL)")
 
 
-def _long_context_run(args: argparse.Namespace, scorings: list[str]) -> dict[str, Any]:
-    """The run settings S-NIAH and BABILong take alike from `_add_long_context_args` and the output options."""
+def _long_context_run(args: argparse.Namespace) -> dict[str, Any]:
+    """The run settings S-NIAH and BABILong take alike from `_add_long_context_args` and the output options,
+    checked before the model loads."""
+    from atlas_experiments.evaluation.protocol import parse_scorings
+
+    if args.samples < 1:
+        raise ValueError("--samples must be >= 1")
     return {
-        "scorings": scorings,
+        "scorings": parse_scorings(args.scoring),
         "haystack": args.haystack,
         "max_new_tokens": args.max_new_tokens,
         "seed": args.seed,
@@ -127,7 +132,6 @@ def run_niah(args: argparse.Namespace) -> int:
     from atlas_data.synthetic import niah
     from atlas_experiments.evaluation.long_context import run_niah_protocol
     from atlas_experiments.evaluation.model_io import model_from_args, parse_floats, parse_ints
-    from atlas_experiments.evaluation.protocol import parse_scorings
     from atlas_experiments.evaluation.results import finish
 
     specs = [niah.resolve_task(t.strip()) for t in args.tasks.split(",") if t.strip()]
@@ -135,17 +139,10 @@ def run_niah(args: argparse.Namespace) -> int:
     depths = parse_floats(args.depths, "--depths")
     if any(not 0 <= d <= 1 for d in depths):
         raise ValueError(f"--depths {args.depths!r}: depths are fractions in [0, 1]")
-    if args.samples < 1:
-        raise ValueError("--samples must be >= 1")
-    scorings = parse_scorings(args.scoring)
+    run = _long_context_run(args)
     loaded = model_from_args(args)
     result, figure = run_niah_protocol(
-        loaded,
-        specs,
-        lengths=lengths,
-        depths=depths,
-        samples_per_cell=args.samples,
-        **_long_context_run(args, scorings),
+        loaded, specs, lengths=lengths, depths=depths, samples_per_cell=args.samples, **run
     )
     return finish(result, args, artifact=figure)
 
@@ -154,7 +151,6 @@ def run_babilong(args: argparse.Namespace) -> int:
     from atlas_data.synthetic import babilong
     from atlas_experiments.evaluation.long_context import run_babilong_protocol
     from atlas_experiments.evaluation.model_io import model_from_args, parse_ints
-    from atlas_experiments.evaluation.protocol import parse_scorings
     from atlas_experiments.evaluation.results import finish
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -162,16 +158,9 @@ def run_babilong(args: argparse.Namespace) -> int:
         if t not in babilong.BABI_TASKS:
             raise ValueError(f"--tasks: unknown bAbI task {t!r}; choose from {', '.join(babilong.BABI_TASKS)}")
     lengths = parse_ints(args.lengths, "--lengths")
-    if args.samples < 1:
-        raise ValueError("--samples must be >= 1")
-    scorings = parse_scorings(args.scoring)
+    run = _long_context_run(args)
     loaded = model_from_args(args)
     result, figure = run_babilong_protocol(
-        loaded,
-        tasks,
-        lengths=lengths,
-        samples_per_length=args.samples,
-        n_facts=args.n_facts,
-        **_long_context_run(args, scorings),
+        loaded, tasks, lengths=lengths, samples_per_length=args.samples, n_facts=args.n_facts, **run
     )
     return finish(result, args, artifact=figure)

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from atlas_data.synthetic.learnability import LEARNABILITY_SETTINGS, LearnabilityConfig, generate_stream
+from atlas_experiments._io import save_figure_atomic
 from atlas_experiments.evaluation.results import EvalResult
 
 log = logging.getLogger("atlas.eval")
@@ -264,10 +265,7 @@ def plot_learnability(result: EvalResult, path: Path) -> Path:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure_atomic(fig, path)
 
 
 def parse_memories(text: str) -> tuple[tuple[int, int], ...]:

@@ -6,7 +6,9 @@ tracks it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from atlas_experiments.evaluation.protocol import (
     generation_details,
@@ -43,8 +45,7 @@ def run_niah_protocol(
     """S-NIAH on the tasks `specs` (`niah.NiahTask`); figures and samples go next to `out`. Prints the accuracy
     table; returns the result and the first figure (the run's artifact)."""
     from atlas_data.synthetic import niah
-    from atlas_experiments.evaluation.needle import niah_metrics, plot_niah_heatmap, score_samples
-    from atlas_experiments.evaluation.results import EvalResult
+    from atlas_experiments.evaluation.needle import niah_metrics, plot_niah_heatmap
 
     tok = niah.TextTokenizer(loaded.tokenizer)
     texts, haystack_desc = (
@@ -66,34 +67,6 @@ def run_niah_protocol(
             tokens_to_generate=max_new_tokens,
         )
     gen_seconds = time.perf_counter() - t0
-    records = score_samples(
-        loaded.model,
-        loaded.tokenizer,
-        samples,
-        scorings=scorings,
-        device=loaded.device,
-        judge=lambda s, text: niah.string_match(text, s.answer),
-        max_new_tokens=max_new_tokens,
-        progress=progress,
-        desc="S-NIAH",
-    )
-    metrics = niah_metrics(samples, records, scorings)
-    task_names = [s.name for s in specs]
-    figures = {}
-    for scoring in scorings:
-        prefix = "acc" if scoring == "generate" else "rank_acc"
-        figures[scoring] = str(
-            plot_niah_heatmap(
-                metrics,
-                task_names,
-                lengths,
-                depths,
-                sibling(out, f"_{prefix}_heatmap.png"),
-                prefix=prefix,
-                title=f"S-NIAH accuracy (%), {scoring}, {loaded.short_name}",
-            )
-        )
-    samples_file = str(write_records(sibling(out, "_samples.jsonl"), samples, records)) if save_samples else None
 
     deviations = scale_deviations(loaded)
     if essay is not None:
@@ -117,26 +90,42 @@ def run_niah_protocol(
     if haystack == "train":
         deviations.append("haystack text from the training split (seen in training)")
 
-    result = EvalResult(
+    protocol = {
+        "tasks": {s.name: s.paper_name for s in specs},
+        "lengths": lengths,
+        "depths": depths,
+        "samples_per_cell": samples_per_cell,
+        "scoring": scorings,
+        "haystack": haystack_desc or "repeat filler only",
+        "tokens_to_generate": ttg,
+        "length_rule": "prompt tokens + tokens to generate <= length",
+        "seed": seed,
+    }
+    task_names = [s.name for s in specs]
+
+    def plot(metrics: dict[str, float], prefix: str, scoring: str) -> Path:
+        title = f"S-NIAH accuracy (%), {scoring}, {loaded.short_name}"
+        heatmap = sibling(out, f"_{prefix}_heatmap.png")
+        return plot_niah_heatmap(metrics, task_names, lengths, depths, heatmap, prefix=prefix, title=title)
+
+    return _score_and_report(
+        loaded,
+        samples,
+        gen_seconds,
         task="niah",
-        model=loaded.name,
-        metrics=metrics,
-        protocol={
-            "tasks": {s.name: s.paper_name for s in specs},
-            "lengths": lengths,
-            "depths": depths,
-            "samples_per_cell": samples_per_cell,
-            "scoring": scorings,
-            "haystack": haystack_desc or "repeat filler only",
-            "tokens_to_generate": ttg,
-            "length_rule": "prompt tokens + tokens to generate <= length",
-            "seed": seed,
-        },
+        judge=lambda s, text: niah.string_match(text, s.answer),
+        max_new_tokens=max_new_tokens,
+        metrics_of=niah_metrics,
+        plot=plot,
+        protocol=protocol,
         deviations=deviations,
-        details=generation_details(loaded, figures, samples_file, samples, records, gen_seconds),
+        table=(task_names, lengths),
+        scorings=scorings,
+        out=out,
+        save_samples=save_samples,
+        progress=progress,
+        desc="S-NIAH",
     )
-    print_table(metrics, "acc" if "generate" in scorings else "rank_acc", task_names, lengths)
-    return result, Path(next(iter(figures.values())))
 
 
 # -------------------------------------------------------------------------------------------------- babilong
@@ -161,8 +150,6 @@ def run_babilong_protocol(
     returns the result and the first figure (the run's artifact)."""
     from atlas_data.synthetic import babilong, niah
     from atlas_experiments.evaluation.babilong_eval import babilong_judge, babilong_metrics, plot_babilong
-    from atlas_experiments.evaluation.needle import score_samples
-    from atlas_experiments.evaluation.results import EvalResult
 
     tok = niah.TextTokenizer(loaded.tokenizer)
     background, haystack_desc = None, "none (facts only)"
@@ -185,25 +172,6 @@ def run_babilong_protocol(
             tokens_to_generate=ttg,
         )
     gen_seconds = time.perf_counter() - t0
-    records = score_samples(
-        loaded.model,
-        loaded.tokenizer,
-        samples,
-        scorings=scorings,
-        device=loaded.device,
-        judge=babilong_judge,
-        max_new_tokens=ttg,
-        progress=progress,
-        desc="BABILong",
-    )
-    metrics = babilong_metrics(samples, records, scorings)
-    figures = {}
-    for scoring in scorings:
-        prefix = "acc" if scoring == "generate" else "rank_acc"
-        figures[scoring] = str(
-            plot_babilong(metrics, tasks, lengths, sibling(out, f"_{prefix}.png"), prefix, loaded.short_name)
-        )
-    samples_file = str(write_records(sibling(out, "_samples.jsonl"), samples, records)) if save_samples else None
 
     deviations = scale_deviations(loaded)
     deviations += [
@@ -220,23 +188,90 @@ def run_babilong_protocol(
         deviations.append(f"{wrapped} samples reuse background text (it is shorter than the context)")
     if haystack == "train":
         deviations.append("background text from the training split (seen in training)")
-    result = EvalResult(
+    protocol = {
+        "tasks": tasks,
+        "lengths": lengths,
+        "samples": samples_per_length,
+        "n_facts": n_facts or {t: babilong.DEFAULT_FACTS[t] for t in tasks},
+        "scoring": scorings,
+        "tokens_to_generate": ttg,
+        "judge": "BABILong compare_answers on the first generated line",
+        "haystack": haystack_desc,
+        "seed": seed,
+    }
+
+    def plot(metrics: dict[str, float], prefix: str, scoring: str) -> Path:
+        return plot_babilong(metrics, tasks, lengths, sibling(out, f"_{prefix}.png"), prefix, loaded.short_name)
+
+    return _score_and_report(
+        loaded,
+        samples,
+        gen_seconds,
         task="babilong",
+        judge=babilong_judge,
+        max_new_tokens=ttg,
+        metrics_of=babilong_metrics,
+        plot=plot,
+        protocol=protocol,
+        deviations=deviations,
+        table=(tasks, lengths),
+        scorings=scorings,
+        out=out,
+        save_samples=save_samples,
+        progress=progress,
+        desc="BABILong",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- shared
+
+
+def _score_and_report(
+    loaded,
+    samples: list,
+    gen_seconds: float,
+    *,
+    task: str,
+    judge: Callable[[Any, str], bool],
+    max_new_tokens: int | None,
+    metrics_of: Callable[[list, list, list[str]], dict[str, float]],
+    plot: Callable[[dict[str, float], str, str], Path],
+    protocol: dict[str, Any],
+    deviations: list[str],
+    table: tuple[list[str], list[int]],
+    scorings: list[str],
+    out: str,
+    save_samples: bool,
+    progress: bool,
+    desc: str,
+):
+    """Score the generated `samples` on the loaded model, draw one figure per scoring (`plot(metrics, prefix,
+    scoring)`), write the samples file if asked and build the result; prints the accuracy table of `table`
+    (tasks, lengths) and returns the result and the first figure (the run's artifact)."""
+    from atlas_experiments.evaluation.needle import metric_prefix, score_samples
+    from atlas_experiments.evaluation.results import EvalResult
+
+    records = score_samples(
+        loaded.model,
+        loaded.tokenizer,
+        samples,
+        scorings=scorings,
+        device=loaded.device,
+        judge=judge,
+        max_new_tokens=max_new_tokens,
+        progress=progress,
+        desc=desc,
+    )
+    metrics = metrics_of(samples, records, scorings)
+    figures = {scoring: str(plot(metrics, metric_prefix(scoring), scoring)) for scoring in scorings}
+    samples_file = str(write_records(sibling(out, "_samples.jsonl"), samples, records)) if save_samples else None
+    result = EvalResult(
+        task=task,
         model=loaded.name,
         metrics=metrics,
-        protocol={
-            "tasks": tasks,
-            "lengths": lengths,
-            "samples": samples_per_length,
-            "n_facts": n_facts or {t: babilong.DEFAULT_FACTS[t] for t in tasks},
-            "scoring": scorings,
-            "tokens_to_generate": ttg,
-            "judge": "BABILong compare_answers on the first generated line",
-            "haystack": haystack_desc,
-            "seed": seed,
-        },
+        protocol=protocol,
         deviations=deviations,
         details=generation_details(loaded, figures, samples_file, samples, records, gen_seconds),
     )
-    print_table(metrics, "acc" if "generate" in scorings else "rank_acc", tasks, lengths)
+    print_table(metrics, "acc" if "generate" in scorings else "rank_acc", *table)
     return result, Path(next(iter(figures.values())))

@@ -14,7 +14,6 @@ Accuracy is micro (all scored tokens); `acc_macro` is the per-class mean that ma
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from atlas_experiments.evaluation.results import EvalResult
 from atlas_experiments.evaluation.synthetic_train import (
     ModelChoice,
     TrainSettings,
+    best_run,
     build_lm,
     comparison_result,
     evaluate,
@@ -259,10 +259,9 @@ def _train_and_score(
 
 
 def best_of_sweep(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The sweep point with the highest test accuracy (mad-lab's selection; the first on a tie). A run without a
-    score (NaN: no answer scored) never wins; when no run has one, the first stands for the setting."""
-    valid = [r for r in runs if not math.isnan(r["acc"])]
-    return max(valid, key=lambda r: r["acc"]) if valid else runs[0]
+    """The sweep point with the highest test accuracy (mad-lab's selection; `best_run`: the first on a tie, NaN
+    never wins)."""
+    return best_run(runs, "acc")
 
 
 def task_score(best_per_setting: Sequence[dict[str, Any]]) -> tuple[float, float]:

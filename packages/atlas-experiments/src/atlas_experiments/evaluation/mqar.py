@@ -11,7 +11,6 @@ x-axis of the paper's "accuracy per memory size" (Fig. 7), and its accuracy befo
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,10 +20,12 @@ import numpy as np
 import torch
 
 from atlas_data.synthetic.mqar import MQARConfig, generate_mqar
+from atlas_experiments._io import save_figure_atomic
 from atlas_experiments.evaluation.results import EvalResult
 from atlas_experiments.evaluation.synthetic_train import (
     ModelChoice,
     TrainSettings,
+    best_run,
     build_lm,
     comparison_result,
     count_parameters,
@@ -136,10 +137,8 @@ def mean_accuracy(scores: Sequence[dict[str, float]]) -> float:
 
 
 def best_lr_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The run of the lr sweep with the best `mean_acc`; the earlier lr on a tie. A run without a score (NaN: a
-    diverged run) never wins, as in MAD's `best_of_sweep`; when no run has one, the first stands."""
-    valid = [r for r in runs if not math.isnan(r["mean_acc"])]
-    return max(valid, key=lambda r: r["mean_acc"]) if valid else runs[0]
+    """The run of the lr sweep with the best `mean_acc` (`best_run`: the earlier lr on a tie, NaN never wins)."""
+    return best_run(runs, "mean_acc")
 
 
 def run_mqar(
@@ -269,7 +268,4 @@ def plot_mqar(result: EvalResult, path: Path) -> Path:
     if labels:
         axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure_atomic(fig, path)

@@ -19,10 +19,13 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from atlas_experiments._io import save_figure_atomic
 
 SCORINGS = ("generate", "rank")
 
@@ -144,31 +147,92 @@ def mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else float("nan")
 
 
+def metric_prefix(scoring: str) -> str:
+    """Where a scoring's accuracies go: `acc/...` for generation (the paper's), `rank_acc/...` for ranking."""
+    return "acc" if scoring == "generate" else "rank_acc"
+
+
+# how a sample field reads in a metric name: acc/<task>/len=<length>/depth=<depth>
+_FIELD_NAMES: dict[str, Callable[[Any], str]] = {
+    "task": str,
+    "length": lambda n: f"len={n}",
+    "depth": lambda d: f"depth={d:g}",
+}
+
+
+@dataclass(frozen=True)
+class Rollup:
+    """A level of the accuracy table above its cells: the cells grouped by `fields` (a subset of the cell's).
+    Pooled: a group's accuracy is the mean over all its hits; else the mean of its cells' (each cell once)."""
+
+    fields: tuple[str, ...]
+    pooled: bool = True
+
+
+def accuracy_metrics(
+    samples: Sequence[Any],
+    records: Sequence[dict[str, Any]],
+    scorings: Sequence[str],
+    *,
+    cell: tuple[str, ...],
+    rollups: Sequence[Rollup],
+) -> dict[str, float]:
+    """Per scoring (under its `metric_prefix`): the accuracy of every cell (samples grouped by the `cell` fields,
+    sorted), then of every rollup's groups (in order, each sorted), then over all samples. Values in [0, 1]."""
+
+    def name(fields: Sequence[str], values: tuple) -> str:
+        return "/".join(_FIELD_NAMES[f](v) for f, v in zip(fields, values))
+
+    metrics: dict[str, float] = {}
+    for scoring in scorings:
+        prefix = metric_prefix(scoring)
+        key = f"{scoring}_correct"
+        cells: dict[tuple, list[float]] = {}
+        for s, r in zip(samples, records):
+            cells.setdefault(tuple(getattr(s, f) for f in cell), []).append(float(r[key]))
+        cells = dict(sorted(cells.items()))
+        for c, hits in cells.items():
+            metrics[f"{prefix}/{name(cell, c)}"] = mean(hits)
+        for rollup in rollups:
+            groups: dict[tuple, list[float]] = {}
+            for c, hits in cells.items():
+                g = tuple(v for f, v in zip(cell, c) if f in rollup.fields)
+                groups.setdefault(g, []).extend(hits if rollup.pooled else [mean(hits)])
+            for g, values in sorted(groups.items()):
+                metrics[f"{prefix}/{name(rollup.fields, g)}"] = mean(values)
+        metrics[prefix] = mean([float(r[key]) for r in records])
+    return metrics
+
+
 # ------------------------------------------------------------------------------------------------------ S-NIAH
 
 
 def niah_metrics(samples: Sequence[Any], records: Sequence[dict[str, Any]], scorings: Sequence[str]) -> dict:
     """`acc/<task>/len=L/depth=d` cells, their means per length and per task, and `acc` overall (generate);
     the same under `rank_acc/...` for rank scoring. Values in [0, 1]."""
-    metrics: dict[str, float] = {}
-    for scoring in scorings:
-        prefix = "acc" if scoring == "generate" else "rank_acc"
-        key = f"{scoring}_correct"
-        cells: dict[tuple[str, int, float], list[float]] = {}
-        for s, r in zip(samples, records):
-            cells.setdefault((s.task, s.length, s.depth), []).append(float(r[key]))
-        by_len: dict[tuple[str, int], list[float]] = {}
-        by_task: dict[str, list[float]] = {}
-        for (task, length, depth), hits in sorted(cells.items()):
-            metrics[f"{prefix}/{task}/len={length}/depth={depth:g}"] = mean(hits)
-            by_len.setdefault((task, length), []).extend(hits)
-            by_task.setdefault(task, []).extend(hits)
-        for (task, length), hits in sorted(by_len.items()):
-            metrics[f"{prefix}/{task}/len={length}"] = mean(hits)
-        for task, hits in sorted(by_task.items()):
-            metrics[f"{prefix}/{task}"] = mean(hits)
-        metrics[prefix] = mean([float(r[key]) for r in records])
-    return metrics
+    by_length, by_task = Rollup(("task", "length")), Rollup(("task",))
+    return accuracy_metrics(samples, records, scorings, cell=("task", "length", "depth"), rollups=(by_length, by_task))
+
+
+def draw_percent_grid(
+    ax: Any, metrics: dict[str, float], rows: Sequence[Any], cols: Sequence[Any], key: Callable[[Any, Any], str]
+) -> Any:
+    """A heatmap of the accuracies `metrics[key(row, col)]` in % (0-100, red to green), each cell's value written
+    in it; a cell without a metric stays blank. Returns the image (for a colorbar)."""
+    import numpy as np
+
+    grid = np.full((len(rows), len(cols)), np.nan)
+    for i, row in enumerate(rows):
+        for j, col in enumerate(cols):
+            v = metrics.get(key(row, col))
+            if v is not None:
+                grid[i, j] = 100.0 * v
+    image = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=100, aspect="auto")
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            if not np.isnan(grid[i, j]):
+                ax.text(j, i, f"{grid[i, j]:.0f}", ha="center", va="center", fontsize=8)
+    return image
 
 
 def plot_niah_heatmap(
@@ -185,24 +249,17 @@ def plot_niah_heatmap(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     fig, axes = plt.subplots(
         1, len(tasks), figsize=(1.2 + 1.1 * len(lengths) * len(tasks), 1.2 + 0.5 * len(depths)), squeeze=False
     )
     image = None
     for k, (ax, task) in enumerate(zip(axes[0], tasks)):
-        grid = np.full((len(depths), len(lengths)), np.nan)
-        for i, d in enumerate(depths):
-            for j, length in enumerate(lengths):
-                v = metrics.get(f"{prefix}/{task}/len={length}/depth={d:g}")
-                if v is not None:
-                    grid[i, j] = 100.0 * v
-        image = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=100, aspect="auto")
-        for i in range(len(depths)):
-            for j in range(len(lengths)):
-                if not np.isnan(grid[i, j]):
-                    ax.text(j, i, f"{grid[i, j]:.0f}", ha="center", va="center", fontsize=8)
+
+        def key(d: float, length: int, task: str = task) -> str:
+            return f"{prefix}/{task}/len={length}/depth={d:g}"
+
+        image = draw_percent_grid(ax, metrics, depths, lengths, key)
         ax.set_xticks(range(len(lengths)), [str(x) for x in lengths], fontsize=8)
         ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=8)
         ax.set_xlabel("context length (tokens)", fontsize=8)
@@ -214,7 +271,4 @@ def plot_niah_heatmap(
     if image is not None:
         fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
     fig.suptitle(title, fontsize=10)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure_atomic(fig, path, bbox_inches="tight")

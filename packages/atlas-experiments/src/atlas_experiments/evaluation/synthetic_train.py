@@ -202,6 +202,13 @@ def evaluate(
     }
 
 
+def best_run(runs: Sequence[dict[str, Any]], score: str) -> dict[str, Any]:
+    """The run of a sweep with the highest `score`; the earlier run on a tie. A run without a score (NaN: a
+    diverged run, or no answer scored) never wins; when no run has one, the first stands."""
+    valid = [r for r in runs if not math.isnan(r[score])]
+    return max(valid, key=lambda r: r[score]) if valid else runs[0]
+
+
 def comparison_result(
     task: str,
     models: Sequence[ModelChoice],
