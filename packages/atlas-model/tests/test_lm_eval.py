@@ -21,29 +21,34 @@ QUESTIONS = [
     {"question": "Memory stores", "choices": ["values", "nothing", "rivers"], "answer": 0},
 ]
 
-MC_TASK = """task: atlas_tiny_mc
-dataset_path: json
+# both tasks read the questions from one local JSONL (format fields: cache, data)
+LOCAL_DATA = """dataset_path: json
 dataset_kwargs:
   cache_dir: {cache}
   data_files:
     test: {data}
 test_split: test
-output_type: multiple_choice
+"""
+
+
+def _task(name: str, body: str) -> str:
+    return f"task: {name}\n{LOCAL_DATA}{body}"
+
+
+MC_TASK = _task(
+    "atlas_tiny_mc",
+    """output_type: multiple_choice
 doc_to_text: "{{{{question}}}}"
 doc_to_choice: "{{{{choices}}}}"
 doc_to_target: "{{{{answer}}}}"
 metric_list:
   - metric: acc
-"""
+""",
+)
 
-GEN_TASK = """task: atlas_tiny_gen
-dataset_path: json
-dataset_kwargs:
-  cache_dir: {cache}
-  data_files:
-    test: {data}
-test_split: test
-output_type: generate_until
+GEN_TASK = _task(
+    "atlas_tiny_gen",
+    """output_type: generate_until
 doc_to_text: "{{{{question}}}}"
 doc_to_target: "{{{{choices[answer]}}}}"
 generation_kwargs:
@@ -52,7 +57,8 @@ generation_kwargs:
   do_sample: false
 metric_list:
   - metric: exact_match
-"""
+""",
+)
 
 
 def _tokenizer(path):

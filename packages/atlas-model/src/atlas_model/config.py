@@ -295,24 +295,22 @@ def check_overrides(overrides: Mapping[str, Any], where: str = "overrides") -> N
     `MemoryConfig` field; the error names the dotted key (`model.overrides.memory.windw`) and the nearest field."""
     if not isinstance(overrides, Mapping):
         raise AtlasConfigError(f"{where}: expected a mapping of AtlasConfig fields, got {type(overrides).__name__}")
-    model_fields = [f.name for f in fields(AtlasConfig)]
-    for key in overrides:
-        if key not in model_fields:
-            raise AtlasConfigError(f"{where}.{key}: not an AtlasConfig field{_nearest(key, model_fields)}")
+    _check_fields(overrides, AtlasConfig, where, "an")
     memory = overrides.get("memory")
     if memory is None:
         return
     if not isinstance(memory, Mapping):
         raise AtlasConfigError(f"{where}.memory: expected a mapping of MemoryConfig fields, got {memory!r}")
-    memory_fields = [f.name for f in fields(MemoryConfig)]
-    for key in memory:
-        if key not in memory_fields:
-            raise AtlasConfigError(f"{where}.memory.{key}: not a MemoryConfig field{_nearest(key, memory_fields)}")
+    _check_fields(memory, MemoryConfig, f"{where}.memory", "a")
 
 
-def _nearest(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(str(key), known, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+def _check_fields(mapping: Mapping[str, Any], cls: type, where: str, article: str) -> None:
+    known = [f.name for f in fields(cls)]
+    for key in mapping:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise AtlasConfigError(f"{where}.{key}: not {article} {cls.__name__} field{hint}")
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
