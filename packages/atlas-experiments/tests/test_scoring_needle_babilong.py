@@ -28,13 +28,19 @@ NIAH_ROWS = [
 ]
 
 
-def _niah(rows, hit=None, rank_hit=None):
-    samples = [SimpleNamespace(task=t, length=n, depth=d) for t, n, d, _, _ in rows]
+def _scored(rows, fields, hit=None, rank_hit=None):
+    """Samples with `fields` from the leading columns of `rows`, records from the last two (generate hit, rank
+    hit); `hit` / `rank_hit` replace every row's."""
+    samples = [SimpleNamespace(**dict(zip(fields, row))) for row in rows]
     records = [
         {"generate_correct": bool(g if hit is None else hit), "rank_correct": bool(r if rank_hit is None else rank_hit)}
         for *_, g, r in rows
     ]
     return samples, records
+
+
+def _niah(rows, hit=None, rank_hit=None):
+    return _scored(rows, ("task", "length", "depth"), hit, rank_hit)
 
 
 def test_niah_mixed_cells_lengths_tasks_and_overall():
@@ -156,12 +162,7 @@ BABILONG_ROWS = [
 
 
 def _babilong(rows, hit=None):
-    samples = [SimpleNamespace(task=t, length=n) for t, n, _, _ in rows]
-    records = [
-        {"generate_correct": bool(g if hit is None else hit), "rank_correct": bool(r if hit is None else hit)}
-        for *_, g, r in rows
-    ]
-    return samples, records
+    return _scored(rows, ("task", "length"), hit, hit)
 
 
 def test_babilong_mixed_cells_tasks_lengths_and_overall():

@@ -36,6 +36,23 @@ def _losses(run: Path) -> list[float]:
     return [r["loss"] for r in read_metrics(run / "metrics.jsonl")]
 
 
+def _one_rank_and_two(tmp_path: Path, one_cfg: Path, two_cfg: Path) -> tuple[list[float], list[float]]:
+    """Train `one_cfg` on one rank into tmp/one and `two_cfg` on two gloo ranks (torchrun) into tmp/two; their
+    losses."""
+    one = _cli("train", "--config", str(one_cfg), "--out", str(tmp_path / "one"))
+    assert one.wait(timeout=300) == 0
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    two = subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+            "-m", "atlas_experiments.cli", "train", "--config", str(two_cfg), "--out", str(tmp_path / "two"),
+        ],
+        env=env, timeout=300, capture_output=True, text=True,
+    )  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    return _losses(tmp_path / "one"), _losses(tmp_path / "two")
+
+
 def test_sigkill_then_resume_gives_the_same_losses_bit_for_bit(tmp_path, prepared_data, train_dict):
     cfg = _write(tmp_path, train_dict(prepared_data, steps=40, checkpoint_interval=4, keep_checkpoints=1))
     ref = _cli("train", "--config", str(cfg), "--out", str(tmp_path / "ref"))
@@ -76,18 +93,7 @@ def test_sigkill_then_resume_gives_the_same_losses_bit_for_bit(tmp_path, prepare
 
 def test_two_gloo_ranks_match_one_rank(tmp_path, prepared_data, train_dict):
     cfg = _write(tmp_path, train_dict(prepared_data, steps=4))
-    one = _cli("train", "--config", str(cfg), "--out", str(tmp_path / "one"))
-    assert one.wait(timeout=300) == 0
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    two = subprocess.run(
-        [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-            "-m", "atlas_experiments.cli", "train", "--config", str(cfg), "--out", str(tmp_path / "two"),
-        ],
-        env=env, timeout=300, capture_output=True, text=True,
-    )  # fmt: skip
-    assert two.returncode == 0, two.stderr[-3000:]
-    a, b = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    a, b = _one_rank_and_two(tmp_path, cfg, cfg)
     assert len(a) == len(b) == 4
     assert max(abs(x - y) for x, y in zip(a, b)) < 1e-5
     grad_a = [r["grad_norm"] for r in read_metrics(tmp_path / "one" / "metrics.jsonl")]
@@ -196,18 +202,7 @@ def test_tracked_run_logs_params_metrics_and_artifacts(tmp_path, prepared_data, 
 def test_two_gloo_ranks_with_fsdp2_match_one_rank(tmp_path, prepared_data, train_dict):
     cfg = _write(tmp_path, train_dict(prepared_data, steps=3, checkpoint_interval=2))
     fsdp = _write(tmp_path, train_dict(prepared_data, steps=3, checkpoint_interval=2, distributed="fsdp"), "fsdp.yaml")
-    one = _cli("train", "--config", str(cfg), "--out", str(tmp_path / "one"))
-    assert one.wait(timeout=300) == 0
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    two = subprocess.run(
-        [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-            "-m", "atlas_experiments.cli", "train", "--config", str(fsdp), "--out", str(tmp_path / "two"),
-        ],
-        env=env, timeout=300, capture_output=True, text=True,
-    )  # fmt: skip
-    assert two.returncode == 0, two.stderr[-3000:]
-    a, b = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    a, b = _one_rank_and_two(tmp_path, cfg, fsdp)
     assert max(abs(x - y) for x, y in zip(a, b)) < 1e-5
     # the gathered full checkpoint equals a plain one in layout and loads into a fresh model
     full = ckpt.load_model_state(tmp_path / "two" / "checkpoints" / "final")

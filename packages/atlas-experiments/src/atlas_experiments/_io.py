@@ -1,5 +1,5 @@
-"""Atomic writes (text, JSON, figures): a temporary name in the same directory, then `os.replace`, so a reader (or
-a crashed run) never sees a half-written file under its final name."""
+"""Atomic text writes: a temporary name in the same directory, then `os.replace`, so a reader (or a crashed run)
+never sees a half-written file under its final name."""
 
 from __future__ import annotations
 
@@ -20,17 +20,3 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 def write_json_atomic(path: str | Path, data: Any, indent: int | None = 2) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=indent))
-
-
-def save_figure_atomic(fig: Any, path: str | Path, dpi: int = 120, **savefig: Any) -> Path:
-    """Save a matplotlib figure as PNG (`savefig` options passed on) and close it."""
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # the temporary name keeps the .png suffix: savefig picks the format from it
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=dpi, **savefig)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from atlas_experiments._io import save_figure_atomic
 from atlas_experiments.evaluation.needle import Rollup, accuracy_metrics, draw_percent_grid
+from atlas_experiments.plotting import pyplot, save_figure_atomic
 
 
 def babilong_judge(sample: Any, prediction: str) -> bool:
@@ -38,10 +38,7 @@ def plot_babilong(
     model: str = "",
 ) -> Path:
     """Accuracy (%) per task (rows) and context length (columns), as a heatmap."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(1.5 + 0.9 * len(lengths), 1.0 + 0.45 * len(tasks)))
     image = draw_percent_grid(ax, metrics, tasks, lengths, lambda task, length: f"{prefix}/{task}/len={length}")

@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from atlas_data.synthetic.learnability import LEARNABILITY_SETTINGS, LearnabilityConfig, generate_stream
-from atlas_experiments._io import save_figure_atomic
 from atlas_experiments.evaluation.results import EvalResult
+from atlas_experiments.plotting import pyplot, save_figure_atomic
 
 log = logging.getLogger("atlas.eval")
 
@@ -242,10 +242,7 @@ def run_learnability(
 
 def plot_learnability(result: EvalResult, path: Path) -> Path:
     """One panel per memory configuration (Fig. 6 a-d): binned normalised loss vs position, one line per setting."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     curves = result.details["curves"]
     n = len(curves)

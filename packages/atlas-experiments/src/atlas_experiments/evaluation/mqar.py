@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from atlas_data.synthetic.mqar import MQARConfig, generate_mqar
-from atlas_experiments._io import save_figure_atomic
 from atlas_experiments.evaluation.results import EvalResult
 from atlas_experiments.evaluation.synthetic_train import (
     ModelChoice,
@@ -38,6 +37,7 @@ from atlas_experiments.evaluation.synthetic_train import (
     model_config,
     state_size,
 )
+from atlas_experiments.plotting import pyplot, save_figure_atomic
 
 log = logging.getLogger("atlas.eval")
 
@@ -242,10 +242,7 @@ def run_mqar(
 
 def plot_mqar(result: EvalResult, path: Path) -> Path:
     """Accuracy vs memory size (Fig. 7 style): one panel per setting, one line per model over its widths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import NullFormatter
 
     table = result.details["table"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from atlas_experiments._io import save_figure_atomic
+from atlas_experiments.plotting import pyplot, save_figure_atomic
 
 SCORINGS = ("generate", "rank")
 
@@ -245,10 +245,7 @@ def plot_niah_heatmap(
     title: str = "S-NIAH accuracy (%)",
 ) -> Path:
     """One panel per task: depth (rows) x context length (columns), cells = accuracy in %."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(
         1, len(tasks), figsize=(1.2 + 1.1 * len(lengths) * len(tasks), 1.2 + 0.5 * len(depths)), squeeze=False

@@ -8,20 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from atlas_experiments import tracking
-from atlas_experiments._io import save_figure_atomic
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from atlas_experiments.plotting import pyplot, save_figure_atomic
 
 
 def loss_curves(runs: list[dict], uri: str, path: Path) -> bool:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     drawn = 0
     for run in runs:
@@ -44,7 +35,7 @@ def loss_curves(runs: list[dict], uri: str, path: Path) -> bool:
 def ablation_bars(axis: str, values: list[tuple[str, float]], path: Path) -> bool:
     if not values:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.2))
     ax.bar([v[0] for v in values], [v[1] for v in values], color="#4c72b0")
     ax.set_ylabel("validation loss")
@@ -71,7 +62,7 @@ def niah_heatmaps(by_model: dict[str, dict[str, Any]], path: Path) -> bool:
             grids[name] = {key: sum(v) / len(v) for key, v in cells.items()}
     if not grids:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     n = len(grids)
     cols = min(n, 4)
     rows = (n + cols - 1) // cols
@@ -104,7 +95,7 @@ def grouped_bars(title: str, ylabel: str, series: dict[str, dict[str, float]], p
     columns = sorted({c for s in series.values() for c in s})
     if not columns:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(columns) + 2), 3.2))
     width = 0.8 / max(len(series), 1)
     for i, (name, values) in enumerate(sorted(series.items())):

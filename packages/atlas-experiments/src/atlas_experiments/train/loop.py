@@ -21,7 +21,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from atlas_experiments._io import save_figure_atomic, write_json_atomic
+from atlas_experiments._io import write_json_atomic
+from atlas_experiments.plotting import pyplot, save_figure_atomic
 from atlas_experiments.train import checkpoint as ckpt
 from atlas_experiments.train.config import TrainConfig
 from atlas_experiments.train.distributed import DistInfo, all_reduce_mean, barrier, init_distributed, shutdown
@@ -270,10 +271,7 @@ def _write_loss_curve(out: Path) -> None:
     records = read_metrics(out / "metrics.jsonl")
     if not records:
         return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot([r["tokens"] for r in records], [r["loss"] for r in records], label="train")
