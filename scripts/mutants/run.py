@@ -7,6 +7,7 @@ of the editable installs, so the tests import the mutated file.
 
     python scripts/mutants/run.py                    # every module, in the order of MODULES
     python scripts/mutants/run.py optim decision     # some of them
+    python scripts/mutants/run.py --survivors optim  # retest only the survivors (after adding tests)
     python scripts/mutants/run.py --report           # counts and survivors from the last runs, no test run
     python scripts/mutants/run.py --list             # modules and their tests
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import difflib
 import json
 import os
 import shlex
@@ -65,7 +67,7 @@ MODULES: dict[str, Module] = {
     ),
     "loader": Module(
         "packages/atlas-data/src/atlas_data/loader.py",
-        ("packages/atlas-data/tests/test_loader.py",),
+        ("packages/atlas-data/tests/test_loader.py", "packages/atlas-data/tests/test_loader_edges.py"),
         "packages/atlas-data/tests",
     ),
     "optim": Module(
@@ -225,21 +227,25 @@ def module_cache(name: str):
             shutil.move(active, stored)
 
 
-def run_module(name: str, module: Module) -> float:
+def run_module(name: str, module: Module, survivors_only: bool = False) -> float:
     skip = {module.path: skipped_lines(module)}
     env = environment(skip)
     check_imports(env)
-    cmd = [
-        str(Path(sys.executable).with_name("mutmut")), "run",
-        "--paths-to-mutate", module.path,
-        "--tests-dir", module.tests_dir,
-        "--runner", runner(module),
-        "--simple-output",
-    ]  # fmt: skip
+    options = ["--paths-to-mutate", module.path, "--tests-dir", module.tests_dir, "--runner", runner(module)]
+    mutmut = [str(Path(sys.executable).with_name("mutmut")), "run", *options, "--simple-output"]
     print(f"\n=== {name}: {module.path}\n    tests: {' '.join(module.tests)}", flush=True)
     start = time.monotonic()
-    with module_cache(name):
-        rc = subprocess.run(cmd, cwd=WORK, env=env).returncode
+    with module_cache(name) as cache:
+        if not survivors_only:
+            rc = subprocess.run(mutmut, cwd=WORK, env=env).returncode
+        else:
+            # Tests were only added since the last full run, so a killed mutant stays killed, and a timed-out one
+            # (an endless loop) stays detected: retest the survivors.
+            ids = [str(m[0]) for m in mutants_of(module.path, cache) if m[1] == "bad_survived"]
+            print(f"    retesting {len(ids)} survivors", flush=True)
+            rc = 0
+            for mid in ids:
+                rc |= subprocess.run([*mutmut, mid], cwd=WORK, env=env, stdout=subprocess.DEVNULL).returncode
     elapsed = time.monotonic() - start
     if rc & 1:
         raise SystemExit(f"mutmut failed on {name} (exit {rc}): the unmutated tests must pass first")
@@ -249,31 +255,37 @@ def run_module(name: str, module: Module) -> float:
 STATUSES = ("ok_killed", "bad_survived", "bad_timeout", "ok_suspicious", "skipped", "untested")
 
 
-def mutants_of(path: str, cache: Path) -> list[tuple[int, str, int, str]]:
-    """(id, status, 1-based line, line text) of every mutant of `path` in `cache`."""
+def mutants_of(path: str, cache: Path) -> list[tuple[int, str, int, int, str]]:
+    """(id, status, 0-based line, index on the line, line text) of every mutant of `path` in `cache`."""
     if not cache.is_file():
         return []
-    with sqlite3.connect(cache) as db:
-        rows = db.execute(
-            "SELECT m.id, m.status, l.line_number, l.line FROM Mutant m JOIN Line l ON m.line = l.id "
+    with sqlite3.connect(f"file:{cache}?mode=ro", uri=True) as db:
+        return db.execute(
+            'SELECT m.id, m.status, l.line_number, m."index", l.line FROM Mutant m JOIN Line l ON m.line = l.id '
             'JOIN SourceFile s ON l.sourcefile = s.id WHERE s.filename = ? ORDER BY l.line_number, m."index"',
             (path,),
         ).fetchall()
-    return [(i, status, n + 1, text) for i, status, n, text in rows]
 
 
-def survivors(name: str, rows) -> list[str]:
-    """The diff of every surviving or timed-out mutant (the module's cache must be in place)."""
+def survivors(name: str, path: str, rows) -> list[str]:
+    """The diff of every surviving or timed-out mutant, regenerated from the checkout's source (the copy's file may
+    hold a mutant right now)."""
+    from mutmut import Context, RelativeMutationID, mutate
+
+    source = (ROOT / path).read_text()
     out = []
-    for mid, status, line, _ in rows:
-        if status in ("bad_survived", "bad_timeout"):
-            show = [str(Path(sys.executable).with_name("mutmut")), "show", str(mid)]
-            diff = subprocess.run(show, cwd=WORK, capture_output=True, text=True).stdout.strip()
-            out.append(f"### {name} #{mid} ({status}), line {line}\n\n```diff\n{diff}\n```\n")
+    for mid, status, line_number, index, line in rows:
+        if status not in ("bad_survived", "bad_timeout"):
+            continue
+        mutant_id = RelativeMutationID(line=line, index=index, line_number=line_number, filename=path)
+        mutated, _ = mutate(Context(source=source, mutation_id=mutant_id, filename=path))
+        diff = "".join(difflib.unified_diff(source.splitlines(True), mutated.splitlines(True), n=1))
+        diff = diff.split("\n", 2)[2] if diff else f"(line {line!r} has changed since the run)"
+        out.append(f"### {name} #{mid} ({status}), line {line_number + 1}\n\n```diff\n{diff.rstrip()}\n```\n")
     return out
 
 
-def report(names: list[str]) -> str:
+def report() -> str:
     timings = json.loads((WORK / "timings.json").read_text()) if (WORK / "timings.json").is_file() else {}
     out = [
         "# Mutation testing report (`make mutants`)",
@@ -282,24 +294,48 @@ def report(names: list[str]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     details = []
-    for name in names:
-        module = MODULES[name]
-        with module_cache(name) as cache:
-            rows = mutants_of(module.path, cache)
-            details += survivors(name, rows)
+    for name, module in MODULES.items():
+        rows = mutants_of(module.path, WORK / "caches" / f"{name}.sqlite")
+        if not rows:
+            continue
+        details += survivors(name, module.path, rows)
         counts = {s: sum(r[1] == s for r in rows) for s in STATUSES}
-        took = timings.get(name)
+        took = [f"{timings[k] / 60:.1f} min{k[len(name) :]}" for k in (name, name + " (survivors)") if k in timings]
         out.append(
             f"| {name} | {len(rows)} | " + " | ".join(str(counts[s]) for s in STATUSES)
-            + f" | {f'{took / 60:.1f} min' if took else '-'} |"
+            + f" | {', '.join(took) or '-'} |"
         )  # fmt: skip
     return "\n".join(out + ["", "## Survivors", ""] + (details or ["none"])) + "\n"
+
+
+@contextlib.contextmanager
+def exclusive():
+    """One run at a time: two would share the copy and its `.mutmut-cache`."""
+    WORK.mkdir(exist_ok=True)
+    lock = WORK / "caches" / "running.pid"
+    lock.parent.mkdir(exist_ok=True)
+    if lock.is_file():
+        pid = int(lock.read_text() or 0)
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, ValueError):
+            pass
+        else:
+            raise SystemExit(f"another `make mutants` (pid {pid}) is running; wait for it or use --report")
+    lock.write_text(str(os.getpid()))
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("modules", nargs="*", metavar="MODULE", help=", ".join(MODULES))
     parser.add_argument("--report", action="store_true", help="print the report of the last runs only")
+    parser.add_argument(
+        "--survivors", action="store_true", help="retest only the surviving mutants (after adding tests)"
+    )
     parser.add_argument("--list", action="store_true", help="list the modules and their tests")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.modules) - set(MODULES))
@@ -311,14 +347,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {MODULES[name].path}\n  " + "\n  ".join(MODULES[name].tests))
         return 0
     if not args.report:
-        sync_copy()
-        timings_file = WORK / "timings.json"
-        for name in names:
-            elapsed = run_module(name, MODULES[name])
-            timings = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
-            timings[name] = elapsed
-            timings_file.write_text(json.dumps(timings, indent=2))
-    text = report(names)
+        with exclusive():
+            sync_copy()
+            timings_file = WORK / "timings.json"
+            for name in names:
+                elapsed = run_module(name, MODULES[name], args.survivors)
+                timings = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
+                timings[name + (" (survivors)" if args.survivors else "")] = elapsed
+                timings_file.write_text(json.dumps(timings, indent=2))
+    text = report()
     (WORK / "report.md").write_text(text)
     print("\n" + text.split("\n## Survivors")[0])
     print(f"survivors' diffs: {WORK / 'report.md'}")
