@@ -255,3 +255,12 @@ def test_the_study_target_plans_a_pilot_then_one_job_per_arm_and_seed(tmp_path):
     assert "study pilot --claims config/study/claims.yaml --scale cpu" in res.stdout
     assert "--budget-minutes 90 --cores 2" in res.stdout
     assert re.search(r"study run .* --job mqar_cpu/atlas_c1/seed11 --parent \S+/study/parent\.json", res.stdout)
+
+
+def test_the_gpu_panel_config_plans_lm_jobs_on_the_prepared_corpus(tmp_path):
+    res = _snakemake("-n", "-p", "study", "--configfile", "config/study-gpu.yaml", results=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    jobs = _jobs(res.stdout)
+    assert jobs["study_job"] == 39 and jobs["prepare_data"] == 1  # 13 arms x 3 seeds of lm_gpu
+    assert "--budget-minutes 8 --cores 1" in res.stdout and "--drop-by-priority" in res.stdout
+    assert re.search(r"--job lm_gpu/dot/seed12 .* --data \S+/data/embedded", res.stdout)

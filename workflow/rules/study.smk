@@ -8,15 +8,30 @@ STUDY_ROOT = f"{RESULTS}/study"
 STUDY_ARGS = f"--claims {STUDY['claims']} --scale {STUDY['scale']} --root {STUDY_ROOT}"
 
 
-def study_jobs():
+def study_plan():
     from atlas_experiments.study.claims import load_claims
     from atlas_experiments.study.plan import plan_jobs
 
     registry = load_claims(ROOT / STUDY["claims"])
-    return [job.name for job in plan_jobs(registry, STUDY["scale"].split(","))]
+    return plan_jobs(registry, STUDY["scale"].split(","))
 
 
-STUDY_JOBS = study_jobs()
+_PLAN = study_plan()
+STUDY_JOBS = [job.name for job in _PLAN]
+# language-model protocols train on a prepared corpus (`args.data`: a dataset of the `data` section)
+LM_PROTOCOLS = {job.protocol.name: job.protocol.args["data"] for job in _PLAN if job.protocol.task == "lm"}
+if len(set(LM_PROTOCOLS.values())) > 1:
+    raise ValueError(f"study: the lm protocols use several corpora {sorted(set(LM_PROTOCOLS.values()))}; one at a time")
+STUDY_DATA = next(iter(LM_PROTOCOLS.values()), None)
+STUDY_MANIFEST = [f"{RESULTS}/data/{STUDY_DATA}/manifest.json"] if STUDY_DATA else []
+STUDY_DATA_ARG = f"--data {RESULTS}/data/{STUDY_DATA}" if STUDY_DATA else ""
+
+
+def study_job_inputs(wc):
+    inputs = {"plan": f"{STUDY_ROOT}/plan.json", "parent": ancient(f"{STUDY_ROOT}/parent.json")}
+    if wc.protocol in LM_PROTOCOLS:
+        inputs["manifest"] = STUDY_MANIFEST[0]
+    return inputs
 
 
 localrules:
@@ -26,6 +41,8 @@ localrules:
 
 
 rule study_pilot:
+    input:
+        STUDY_MANIFEST,
     output:
         plan=f"{STUDY_ROOT}/plan.json",
     params:
@@ -33,6 +50,8 @@ rule study_pilot:
         args=STUDY_ARGS,
         budget=STUDY["budget_minutes"],
         cores=STUDY["cores"],
+        data=STUDY_DATA_ARG,
+        drop="--drop-by-priority" if STUDY.get("drop_by_priority") else "",
     threads: STUDY["cores"]
     log:
         f"{RESULTS}/logs/study/pilot.log",
@@ -40,7 +59,7 @@ rule study_pilot:
         "../envs/atlas.yaml"
     shell:
         "OMP_NUM_THREADS=1 {params.atlas} study pilot {params.args} --budget-minutes {params.budget} "
-        "--cores {params.cores} --out {output.plan} > {log} 2>&1"
+        "--cores {params.cores} --out {output.plan} {params.data} {params.drop} > {log} 2>&1"
 
 
 rule study_parent:
@@ -62,17 +81,17 @@ rule study_parent:
 
 rule study_job:
     input:
-        plan=f"{STUDY_ROOT}/plan.json",
-        parent=ancient(f"{STUDY_ROOT}/parent.json"),
+        unpack(study_job_inputs),
     output:
         result=f"{STUDY_ROOT}/{{protocol}}/{{arm}}/seed{{seed}}.json",
     params:
         atlas=ATLAS,
         args=STUDY_ARGS,
         uri=tracking_uri(),
+        data=lambda wc: STUDY_DATA_ARG if wc.protocol in LM_PROTOCOLS else "",
     threads: 1
     resources:
-        gpu=0,
+        gpu=lambda wc: 1 if wc.protocol in LM_PROTOCOLS else 0,
         mem_mb=config["resources"]["eval"]["mem_mb"],
         runtime=config["resources"]["eval"]["runtime"],
     log:
@@ -83,7 +102,8 @@ rule study_job:
         "../envs/atlas.yaml"
     shell:
         "OMP_NUM_THREADS=1 {params.atlas} study run {params.args} --job {wildcards.protocol}/{wildcards.arm}/"
-        "seed{wildcards.seed} --parent {input.parent} --tracking-uri {params.uri:q} > {log} 2>&1"
+        "seed{wildcards.seed} --parent {input.parent} --plan {input.plan} --tracking-uri {params.uri:q} {params.data} "
+        "> {log} 2>&1"
 
 
 rule study_report:

@@ -12,6 +12,7 @@ import yaml
 from atlas_experiments.cli import main
 from atlas_experiments.study import pilot
 from atlas_experiments.study.claims import load_claims, parse_claims
+from atlas_experiments.study.execute import lm_train_config, run_job
 from atlas_experiments.study.plan import Job, arm_values, metric_key, plan_jobs
 from atlas_experiments.study.report import judge_all, render
 
@@ -31,7 +32,11 @@ def tiny_claims() -> dict:
             "mqar_tiny": {"task": "mqar", "scale": "cpu", "size": "tiny", "seeds": [1, 2, 3], "args": TINY_MQAR},
             "learn": {"task": "learnability", "scale": "cpu", "seeds": [1, 2, 3],
                       "args": {"dim": 16, "seq_len": 64, "rank": 2, "window": 8, "memories": "2x1", "threads": 1}},
-            "lm": {"task": "lm", "scale": "gpu", "seeds": [1, 2, 3]},
+            "lm": {"task": "lm", "scale": "gpu", "size": "tiny", "seeds": [1, 2, 3],
+                   "model_overrides": {"hidden_size": 32, "intermediate_size": 64},
+                   "args": {"data": "embedded", "seq_len": 32, "global_batch_tokens": 256, "micro_batch": 4,
+                            "steps": 2, "optim": {"lr": 1e-3}, "eval_batches": 1, "precision": "fp32",
+                            "device": "cpu"}},
         },
         "arms": {"gdn": {"preset": "gated_deltanet"}, "tpp": {"preset": "transformer_pp"},
                  "gdn_small": {"preset": "gated_deltanet", "overrides": {"num_memory_heads": 4}},
@@ -87,11 +92,8 @@ def test_the_pilot_projects_and_refuses_with_the_numbers(monkeypatch):
     jobs = [j for j in plan_jobs(registry, ["cpu"]) if j.protocol.task == "mqar"]
     clock = {"t": 0.0}
 
-    def fake_run(argv):  # 3 s fixed + 0.5 s per step for tpp, 0.25 s for gdn
-        steps = int(argv[argv.index("--steps") + 1])
-        arm = Path(argv[argv.index("--models") + 1]).stem
-        clock["t"] += 3.0 + steps * (0.5 if arm == "tpp" else 0.25)
-        return 0
+    def fake_run(job, root, overrides):  # 3 s fixed + 0.5 s per step for tpp, 0.25 s for gdn
+        clock["t"] += 3.0 + overrides["steps"] * (0.5 if job.arm.name == "tpp" else 0.25)
 
     monkeypatch.setattr(pilot.time, "perf_counter", lambda: clock["t"])
     timings = {t.arm: t for t in pilot.measure(jobs, fake_run)}
@@ -110,8 +112,7 @@ def test_jobs_run_and_the_verdicts_follow_the_rule(tmp_path):
     claims.write_text(yaml.safe_dump(tiny_claims()))
     root = tmp_path / "study"
     common = ["--claims", str(claims), "--root", str(root)]
-    assert main(["study", "run", *common, "--job", "mqar_tiny/gdn/seed1", "--tracking-uri",
-                 f"sqlite:///{tmp_path}/mlflow.db"]) == 0  # fmt: skip
+    assert main(["study", "run", *common, "--job", "mqar_tiny/gdn/seed1", "--no-track"]) == 0
     result = json.loads((root / "mqar_tiny" / "gdn" / "seed1.json").read_text())
     assert "acc/gdn/d=16" in result["metrics"] and result["protocol"]["seed"] == 1
     registry = parse_claims(tiny_claims())
@@ -132,3 +133,49 @@ def test_jobs_run_and_the_verdicts_follow_the_rule(tmp_path):
     assert comparison["mean"] == pytest.approx(0.25) and comparison["p_value"] == pytest.approx(0.00652, abs=2e-4)
     text = render(list({r["claim"]: r for r in judge_all(registry, root, ["cpu"])}.values()), registry, ["cpu"])
     assert "### `a.mqar`: **holds**" in text and "| tpp | 0.9 | 0.8 | 0.85 |" in text
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_an_lm_job_trains_the_arm_and_records_its_validation_loss(tmp_path, prepared_data):
+    registry = parse_claims(tiny_claims())
+    job = Job(registry.protocols["lm"], registry.arms["gdn_small"], 2)
+    cfg = lm_train_config(job, prepared_data)
+    # the protocol's model overrides, then the arm's own; validation once, at the last step
+    overrides = {"hidden_size": 32, "intermediate_size": 64, "num_memory_heads": 4}
+    assert cfg["model"] == {"preset": "gated_deltanet", "size": "tiny", "overrides": overrides}
+    assert (cfg["seed"], cfg["eval_interval"], cfg["data"]["seq_len"]) == (2, 2, 32)
+    out = json.loads(run_job(job, tmp_path, data_dir=prepared_data).read_text())
+    assert out["metrics"]["val_loss/gdn_small"] > 0 and out["details"]["steps"] == 2
+    claim = registry.claim("c.lm")
+    assert metric_key(claim, registry.protocols["lm"], registry.arms["gdn_small"]) == "val_loss/gdn_small"
+    with pytest.raises(ValueError, match=r"protocols\.lm\.args: not a key of an lm job: lr"):
+        lm_train_config(job, prepared_data, {"lr": 1.0})
+
+
+def test_the_gpu_panel_script_plans_on_cpu(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "manifest.json").write_text("{}")
+    env = {**os.environ, "PANEL_DRY_RUN": "1", "PYTHON": sys.executable, "DATA": str(tmp_path / "data"),
+           "OUT": str(tmp_path / "out")}  # fmt: skip
+    res = subprocess.run(["bash", "benchmarks/gpu/study_panel.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "39 jobs planned" in res.stdout and "lm_gpu/deep_transformer/seed10" in res.stdout
+    assert "--drop-by-priority" in res.stdout and (tmp_path / "out" / "panel.log").is_file()
+
+
+def test_fitting_by_priority_drops_whole_claims_lowest_priority_first():
+    registry = parse_claims(tiny_claims())
+    jobs = [j for j in plan_jobs(registry, ["cpu"]) if j.protocol.task == "mqar"]
+    timings = [pilot.Timing("mqar_tiny", arm, "steps", 2, 3, 10.0, 0.0) for arm in ("tpp", "gdn")]
+    tpp = {j.name for j in jobs if j.arm.name == "tpp"}
+    needs = [("keep", None, tpp), ("p1", 1, {j.name for j in jobs}), ("p2", 2, set())]
+    assert pilot.fit_by_priority(timings, jobs, needs, 1.0, cores=1) == (sorted(j.name for j in jobs), [])
+    accepted, dropped = pilot.fit_by_priority(timings, jobs, needs, 0.5, cores=1)  # 30 s of the 60 s fit
+    assert (accepted, dropped) == (sorted(tpp), ["p2", "p1"])
+    with pytest.raises(pilot.BudgetError, match="without a priority alone need about 0.5 min"):
+        pilot.fit_by_priority(timings, jobs, needs, 0.25, cores=1)

@@ -35,13 +35,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--budget-minutes", type=float, required=True, help="wall-clock budget of the whole plan")
     q.add_argument("--cores", type=int, default=2, help="single-threaded jobs that run side by side (default 2)")
     q.add_argument("--out", required=True, help="the projection (JSON)")
+    q.add_argument("--data", help="prepared corpus of the lm protocols (`atlas data prepare` output)")
+    q.add_argument(
+        "--drop-by-priority",
+        action="store_true",
+        help="over budget, drop whole claims by their registered priority (highest number first) instead of refusing",
+    )
     q.set_defaults(handler=pilot_command)
 
     q = inner.add_parser("run", help="one job of the plan")
     common(q)
     q.add_argument("--job", required=True, help="protocol/arm/seedN, as `atlas study plan` lists it")
     q.add_argument("--parent", help="parent-run record (`atlas track parent`): the run nests under it")
+    q.add_argument("--plan", help="the pilot's accepted plan: a job it dropped records that and does not run")
+    q.add_argument("--data", help="prepared corpus of the lm protocols (`atlas data prepare` output)")
     q.add_argument("--tracking-uri", help="MLflow URI (default $MLFLOW_TRACKING_URI or sqlite under --root)")
+    q.add_argument("--no-track", action="store_true", help="write the results JSON only, no MLflow run")
     q.set_defaults(handler=run_command)
 
     q = inner.add_parser("report", help="judge every claim on the results that exist")
@@ -67,38 +76,62 @@ def plan_command(args: argparse.Namespace) -> int:
 
 
 def pilot_command(args: argparse.Namespace) -> int:
-    from atlas_experiments.cli import main
-    from atlas_experiments.study.pilot import check_budget, measure, project, write_plan
+    from functools import partial
 
-    _, _, jobs = _registry_and_jobs(args)
-    plan = project(measure(jobs, main), args.cores)
-    plan["budget_minutes"] = args.budget_minutes
+    from atlas_experiments.study.pilot import check_budget, fit_by_priority, measure, project, write_plan
+    from atlas_experiments.study.plan import planned_claims
+
+    registry, scales, jobs = _registry_and_jobs(args)
+    timings = measure(jobs, partial(_pilot_runner, data=args.data))
+    plan = project(timings, args.cores)
+    plan.update(budget_minutes=args.budget_minutes, accepted_jobs=[j.name for j in jobs], dropped_claims=[])
     write_plan(plan, Path(args.out).with_name(Path(args.out).stem + ".measured.json"))
-    check_budget(plan, args.budget_minutes)  # a refused plan leaves no `--out`, so no job starts
+    if args.drop_by_priority:
+        needs = []
+        for claim in planned_claims(registry, scales):
+            protocol = registry.protocol_of(claim)
+            names = {j.name for j in jobs if j.protocol.name == protocol.name
+                     and (j.arm is None or j.arm.name in {a.name for a in claim.arms})}  # fmt: skip
+            needs.append((claim.id, claim.priority, names))
+        accepted, dropped = fit_by_priority(timings, jobs, needs, args.budget_minutes, args.cores)
+        plan.update(accepted_jobs=accepted, dropped_claims=dropped)
+        print(f"dropped by priority: {', '.join(dropped) or 'none'}")
+    else:
+        check_budget(plan, args.budget_minutes)  # a refused plan leaves no `--out`, so no job starts
     write_plan(plan, args.out)
-    print(f"plan: {plan['jobs']} jobs, about {plan['projected_wall_s'] / 60:.1f} min on {args.cores} cores")
+    print(f"plan: {len(plan['accepted_jobs'])} of {plan['jobs']} jobs, about {plan['projected_wall_s'] / 60:.1f} min "
+          f"on {args.cores} cores for all of them")  # fmt: skip
     return 0
+
+
+def _pilot_runner(job, root, overrides, *, data):
+    from atlas_experiments.study.execute import run_job
+
+    return run_job(job, root, overrides=overrides, data_dir=data)
 
 
 def run_command(args: argparse.Namespace) -> int:
     from atlas_experiments import tracking
-    from atlas_experiments.cli import main
+    from atlas_experiments._io import write_json_atomic
     from atlas_experiments.evaluation.results import EvalResult, track_result
-    from atlas_experiments.study.plan import write_model_files
+    from atlas_experiments.study.execute import run_job
 
     _, _, jobs = _registry_and_jobs(args)
     job = next((j for j in jobs if j.name == args.job), None)
     if job is None:
         raise ValueError(f"--job: {args.job!r} is not a job of the plan (see `atlas study plan`)")
-    write_model_files([job], args.root)
-    code = main([*job.argv(args.root), "--no-track", "--no-progress"])
-    if code:
-        return code
-    out = job.result(args.root)
+    if args.plan and job.name not in json.loads(Path(args.plan).read_text())["accepted_jobs"]:
+        write_json_atomic(job.result(args.root), {"skipped": f"dropped by the pilot to fit its budget ({args.plan})"})
+        print(f"study job {job.name}: dropped by the pilot")
+        return 0
+    out = run_job(job, args.root, data_dir=args.data)
     data = json.loads(out.read_text())
     data.pop("created", None)
     tags = {"study.protocol": job.protocol.name, "study.arm": job.arm.name if job.arm else "all",
             "study.seed": str(job.seed)}  # fmt: skip
+    if args.no_track:
+        print(f"study job {job.name}: {out}")
+        return 0
     if args.parent:
         tags[tracking.PARENT_TAG] = tracking.read_parent(args.parent)
     run_id = track_result(EvalResult(**data), uri=args.tracking_uri, results_root=Path(args.root), experiment="study",

@@ -19,12 +19,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from atlas_experiments.study.plan import Job, write_model_files
+from atlas_experiments.study.plan import Job
 
 # the cost knob per task and the two short sizes the pilot runs
-KNOBS: dict[str, tuple[str, int, int]] = {"mqar": ("steps", 4, 12), "learnability": ("seq_len", 128, 384)}
+KNOBS: dict[str, tuple[str, int, int]] = {
+    "mqar": ("steps", 4, 12),
+    "learnability": ("seq_len", 128, 384),
+    "lm": ("steps", 2, 6),  # GPU minutes are the scarce resource of the panel
+}
 # the options that keep a pilot run short without changing its per-unit cost
-SHORT: dict[str, dict[str, Any]] = {"mqar": {"test_examples": 16}, "learnability": {"repeats": 1}}
+SHORT: dict[str, dict[str, Any]] = {"mqar": {"test_examples": 16}, "learnability": {"repeats": 1}, "lm": {}}
 
 
 class BudgetError(RuntimeError):
@@ -50,16 +54,18 @@ class Timing:
         return self.job_s * self.jobs
 
 
-def timed(run: Callable[[list[str]], int], argv: list[str]) -> float:
+Runner = Callable[[Job, Path, dict[str, Any]], Any]
+
+
+def timed(run: Runner, job: Job, root: Path, overrides: dict[str, Any]) -> float:
     start = time.perf_counter()
-    code = run(argv)
-    if code:
-        raise RuntimeError(f"pilot: `atlas {' '.join(argv)}` exited with {code}")
+    run(job, root, overrides)
     return time.perf_counter() - start
 
 
-def measure(jobs: Sequence[Job], run: Callable[[list[str]], int]) -> list[Timing]:
-    """Time two short runs of each (protocol, arm) of `jobs` with `run(argv)` (the `atlas` entry point)."""
+def measure(jobs: Sequence[Job], run: Runner) -> list[Timing]:
+    """Time two short runs of each (protocol, arm) of `jobs` with `run(job, scratch root, option overrides)`
+    (`study.execute.run_job`)."""
     groups: dict[tuple[str, str], list[Job]] = {}
     for job in jobs:
         groups.setdefault((job.protocol.name, job.arm.name if job.arm else "all"), []).append(job)
@@ -70,10 +76,8 @@ def measure(jobs: Sequence[Job], run: Callable[[list[str]], int]) -> list[Timing
             job = group[0]
             task = job.protocol.task
             knob, a, b = KNOBS[task]
-            write_model_files([job], scratch)
-            base = {**SHORT[task], "no_track": True, "no_progress": True}
-            t_a = timed(run, job.argv(scratch, overrides={**base, knob: a}))
-            t_b = timed(run, job.argv(scratch, overrides={**base, knob: b}))
+            t_a = timed(run, job, scratch, {**SHORT[task], knob: a})
+            t_b = timed(run, job, scratch, {**SHORT[task], knob: b})
             per_unit = max(0.0, (t_b - t_a) / (b - a))
             units = int(job.protocol.args.get(knob, 0))
             timings.append(Timing(protocol, arm, knob, units, len(group), max(0.0, t_a - a * per_unit), per_unit))
@@ -119,3 +123,36 @@ def write_plan(plan: dict[str, Any], path: str | Path) -> Path:
     tmp.write_text(json.dumps(plan, indent=2, sort_keys=True))
     tmp.replace(path)
     return path
+
+
+def fit_by_priority(
+    timings: Sequence[Timing],
+    jobs: Sequence[Job],
+    claims: Sequence[tuple[str, int | None, set[str]]],
+    budget_minutes: float,
+    cores: int,
+) -> tuple[list[str], list[str]]:
+    """Drop whole claims, the highest `priority` number first (None: never dropped), until the jobs the kept
+    claims need fit the budget. Returns (accepted job names, dropped claim ids); a job shared with a kept claim
+    stays. Raises `BudgetError` when even the claims without a priority do not fit."""
+    per_job = {}
+    by_group = {(t.protocol, t.arm): t.job_s for t in timings}
+    for job in jobs:
+        per_job[job.name] = by_group[(job.protocol.name, job.arm.name if job.arm else "all")]
+    kept = sorted(claims, key=lambda c: (c[1] is not None, c[1] or 0))
+    dropped: list[str] = []
+
+    def wall(names: set[str]) -> float:
+        times = [per_job[n] for n in names]
+        return max(sum(times) / max(1, cores), max(times, default=0.0))
+
+    while True:
+        names = set().union(*(c[2] for c in kept)) if kept else set()
+        if wall(names) <= budget_minutes * 60:
+            return sorted(names), dropped
+        if not kept or kept[-1][1] is None:
+            raise BudgetError(
+                f"the claims without a priority alone need about {wall(names) / 60:.1f} min on {cores} cores, over "
+                f"the budget of {budget_minutes:g} min"
+            )
+        dropped.append(kept.pop()[0])

@@ -16,8 +16,8 @@ from typing import Any
 
 from atlas_experiments.study.claims import Arm, Claim, Protocol, Registry
 
-# the tasks a job can run; `lm` (pretraining) is the GPU panel's, see study/gpu_panel
-JOB_TASKS = ("mqar", "learnability")
+# the tasks a job can run (`lm`: pretraining on a prepared corpus, the GPU panel's task; study/execute.py)
+JOB_TASKS = ("mqar", "learnability", "lm")
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,8 @@ def metric_key(claim: Claim, protocol: Protocol, arm: Arm) -> str:
         if claim.metric.name != "accuracy":
             raise ValueError(f"{claim.id}: mqar jobs report accuracy, not {claim.metric.name!r}")
         return f"acc/{arm.name}/d={protocol.args['width']}"
+    if protocol.task == "lm":
+        return f"{claim.metric.name}/{arm.name}"
     if protocol.task == "learnability":
         from atlas_experiments.evaluation.learnability import memory_label, setting_label
 
@@ -119,7 +121,11 @@ def arm_values(claim: Claim, registry: Registry, root: str | Path) -> tuple[dict
             if not path.is_file():
                 missing.append(job.name)
                 continue
-            metrics = json.loads(path.read_text())["metrics"]
+            data = json.loads(path.read_text())
+            if "skipped" in data:
+                missing.append(f"{job.name} ({data['skipped']})")
+                continue
+            metrics = data["metrics"]
             key = metric_key(claim, protocol, arm)
             # a diverged run leaves its metric out of the results: NaN, which the rule treats as a failed seed
             values.setdefault(arm.name, {})[seed] = float(metrics.get(key, float("nan")))

@@ -1,0 +1,83 @@
+"""Running one study job: `atlas eval mqar | learnability` for the synthetic protocols, `atlas train` for the
+language-model protocol (validation loss at a fixed token budget on a prepared corpus). Every job leaves a results
+JSON at `Job.result(root)` whose `metrics` hold the claim's metric under `study.plan.metric_key`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from atlas_experiments._io import write_json_atomic
+from atlas_experiments.configio import merge_settings
+from atlas_experiments.study._fields import thaw
+from atlas_experiments.study.plan import Job, write_model_files
+
+# protocol args of an lm job that are TrainConfig keys as they are (the rest: data and seq_len)
+_TRAIN_KEYS = ("global_batch_tokens", "micro_batch", "steps", "optim", "eval_batches", "precision", "device")
+
+
+def lm_train_config(job: Job, data_dir: str | Path, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The TrainConfig mapping of an lm job: the arm's preset at the protocol's size with the protocol's model
+    overrides, then the arm's own; validation on the protocol's batches once, at the end (the metric)."""
+    args = {**thaw(job.protocol.args), **(overrides or {})}
+    unknown = sorted(set(args) - {*_TRAIN_KEYS, "data", "seq_len"})
+    if unknown:
+        raise ValueError(f"protocols.{job.protocol.name}.args: not a key of an lm job: {', '.join(unknown)}")
+    model = merge_settings(thaw(job.protocol.model_overrides), job.arm.config_overrides())
+    cfg = {key: args[key] for key in _TRAIN_KEYS if key in args}
+    return {
+        **cfg,
+        "model": {"preset": job.arm.preset, "size": job.protocol.size or "tiny", "overrides": model},
+        "data": {"path": str(data_dir), "seq_len": int(args["seq_len"])},
+        "seed": job.seed,
+        "eval_interval": int(args["steps"]),
+        "checkpoint_interval": 0,
+        "keep_checkpoints": 1,
+        "tracking": {"enabled": False},
+    }
+
+
+def run_job(
+    job: Job,
+    root: str | Path,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    data_dir: str | Path | None = None,
+) -> Path:
+    """Run `job` (untracked; the caller tracks the result) and return its results JSON. `overrides` replace
+    protocol options (the pilot's short runs)."""
+    from atlas_experiments.cli import main
+
+    root = Path(root)
+    if job.protocol.task != "lm":
+        write_model_files([job], root)
+        code = main([*job.argv(root, overrides=overrides), "--no-track", "--no-progress"])
+        if code:
+            raise RuntimeError(f"study job {job.name}: `atlas eval {job.protocol.task}` exited with {code}")
+        return job.result(root)
+    if data_dir is None:
+        raise ValueError(f"study job {job.name}: an lm job needs the prepared corpus (--data)")
+    from atlas_experiments.train.config import TrainConfig
+    from atlas_experiments.train.loop import train
+
+    data = lm_train_config(job, data_dir, overrides)
+    run_dir = job.result(root).with_suffix("")
+    result = train(TrainConfig.from_dict(data), run_dir, resume="never", config_dict=data)
+    metrics = {"val_loss/" + job.arm.name: result.final_val_loss, "loss/" + job.arm.name: result.final_loss}
+    out = {
+        "task": "lm",
+        "model": job.arm.name,
+        "metrics": {k: float(v) for k, v in metrics.items() if v is not None},
+        "protocol": {"study": job.protocol.name, "seed": job.seed, "train_config": data},
+        "deviations": [f"study protocol {job.protocol.name}: {job.protocol.note}"],
+        "details": {"steps": result.steps, "tokens": result.tokens, "skipped_steps": result.skipped_steps,
+                    "run_dir": str(run_dir)},
+    }  # fmt: skip
+    return write_json_atomic(job.result(root), out)
+
+
+def read_result(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())
