@@ -63,8 +63,10 @@ def _compile_case(kind: str, *args: str) -> list[int]:
         cx.update(HAS_DWT=True, HAS_DWR=True, HAS_DST=mom, HAS_DSR=mom)
         return [_compile(lt._linear_bwd_kernel, types, cx, lt._num_warps(BT, BK, BV))]
     if kind == "mlp":
+        from atlas_kernels import MemoryConfig
         from atlas_kernels.ops.memory import triton_mlp as mt
         from atlas_kernels.ops.memory import triton_mlp_bwd as mb
+        from atlas_kernels.ops.memory.state import halo_size
 
         direction, chunk, window, D, gated = args[0], int(args[1]), int(args[2]), int(args[3]), args[5] == "gated"
         prec = "bf16" if args[4] == "bf16" else "tf32x3"
@@ -72,7 +74,8 @@ def _compile_case(kind: str, *args: str) -> list[int]:
         half = ("q_ptr", "k_ptr", "v_ptr", "a_ptr", "e_ptr", "g_ptr", "th_ptr", "y_ptr", "dy_ptr")
         types = {n: ("*bf16" if n in half and prec == "bf16" else "*fp32") for n in fn.arg_names if n.endswith("_ptr")}
         types.update(gate_eps="fp32", norm_eps="fp32")
-        BT, BW, BK, BV, BD = mt._blocks(chunk, window - 1, D, D, 4 * D, None, prec)
+        halo = halo_size(MemoryConfig(memory="mlp", window=window, chunk_size=chunk))
+        BT, BW, BK, BV, BD = mt._blocks(chunk, halo, D, D, 4 * D, None, prec)
         cx = dict(BT=BT, BW=BW, BK=BK, BV=BV, BD=BD, L2=True, MOMENTUM=True, NORM=True, RESIDUAL=True, SILU=False)
         cx.update(GATED=gated, INIT=len(args) > 6 and args[6] == "init")
         cx.update(ACC=tl.float32, PREC=prec)

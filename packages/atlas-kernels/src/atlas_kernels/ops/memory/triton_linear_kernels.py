@@ -26,10 +26,6 @@ from atlas_kernels.ops.memory.triton_stages import (
 )
 from atlas_kernels.ops.triton_common import dot
 
-# ----------------------------------------------------------------------------------------------------------------
-# shared pieces
-# ----------------------------------------------------------------------------------------------------------------
-
 
 @triton.jit
 def _load_chunk(
@@ -204,11 +200,6 @@ def _part_bwd(
     return dq, dW0, dk, dv, dg, dMeta, dwl, dMeta1, dwl1, drr
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# forward
-# ----------------------------------------------------------------------------------------------------------------
-
-
 @triton.jit
 def _linear_fwd_kernel(
     q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
@@ -263,11 +254,6 @@ def _linear_fwd_kernel(
     tl.store(wt_ptr + i_bh.to(tl.int64) * V * K + w_off, W, mask=wmask)
     if MOMENTUM:
         tl.store(st_ptr + i_bh.to(tl.int64) * V * K + w_off, S, mask=wmask)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# backward
-# ----------------------------------------------------------------------------------------------------------------
 
 
 @triton.jit
