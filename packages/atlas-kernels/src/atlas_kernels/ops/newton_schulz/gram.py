@@ -1,0 +1,54 @@
+"""Newton-Schulz NS_k run on the r x r Gram matrix: the same map as `naive.newton_schulz`, cheaper when r << n.
+
+For a wide Y_0 (r <= n, tall inputs are transposed as in `newton_schulz`) every iterate is Y_j = P_j Y_0 with P_j
+an r x r matrix, because each step multiplies from the left by q_j = a I + b A_j + c A_j^2, A_j = Y_j Y_j^T:
+
+    A_0 = Y_0 Y_0^T,  P_0 = I;    P_{j+1} = q_j P_j,    A_{j+1} = Y_{j+1} Y_{j+1}^T = q_j A_j q_j
+
+(q_j is symmetric). The k steps never touch the r x n matrix; it enters twice, in A_0 and in Y_k = P_k Y_0. Exact
+in exact arithmetic; per matrix about 4k r^3 + 2 r^2 n multiply-adds against k (2 r^2 n + r^3) (docs/muon.md,
+"Newton-Schulz in Gram space"). Plain torch ops, so autograd gives the backward.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from atlas_kernels.config import DEFAULT_NS_COEFFS
+
+
+def newton_schulz_gram(
+    x: torch.Tensor,
+    steps: int = 5,
+    coeffs: tuple[float, float, float] = DEFAULT_NS_COEFFS,
+    eps: float = 1e-7,
+) -> torch.Tensor:
+    """`newton_schulz` (same arguments, same result up to rounding), iterating on the Gram matrix.
+
+    Args:
+        x: [..., m, n] matrices (any leading batch dims).
+        steps: k, the number of iterations (0 returns the normalised input).
+        coeffs: (a, b, c) of X <- a X + (b A + c A A) X.
+        eps: added to the Frobenius norm in the pre-normalisation (keeps a zero matrix at zero).
+    Returns:
+        [..., m, n], same dtype as x.
+    """
+    if x.dim() < 2:
+        raise ValueError(f"x: expected [..., m, n] matrices, got shape {tuple(x.shape)}")
+    a, b, c = coeffs
+    tall = x.shape[-2] > x.shape[-1]
+    y = x.mT if tall else x
+    y = y / (torch.linalg.matrix_norm(y, keepdim=True) + eps)
+    if steps > 0:
+        eye = torch.eye(y.shape[-2], dtype=y.dtype, device=y.device)
+        gram = y @ y.mT
+        poly = None
+        for step in range(steps):
+            gram2 = gram @ gram
+            q = a * eye + b * gram + c * gram2
+            # P_1 = q_0: skip the product with the identity.
+            poly = q if poly is None else q @ poly
+            if step + 1 < steps:  # the last step needs no Gram matrix
+                gram = q @ gram @ q
+        y = poly @ y
+    return y.mT if tall else y
