@@ -143,9 +143,15 @@ def run_command(args: argparse.Namespace) -> int:
 def report_command(args: argparse.Namespace) -> int:
     from atlas_experiments.study.report import judge_all, render, write_report
 
-    registry, scales, _ = _registry_and_jobs(args)
+    registry, scales, jobs = _registry_and_jobs(args)
     records = judge_all(registry, args.root, scales)
-    path = write_report(records, render(records, registry, scales), args.out)
+    done = [j for j in jobs if j.result(args.root).is_file() and "skipped" not in j.result(args.root).read_text()]
+    protocols = sorted({j.protocol.name for j in done})
+    coverage = (
+        f"Results present for {len(done)} of the {len(jobs)} planned jobs (protocols with results: "
+        f"{', '.join(protocols) or 'none'}); a claim is judged only when all its registered seeds ran."
+    )
+    path = write_report(records, render(records, registry, scales, coverage), args.out)
     for r in records:
         print(f"{r['claim']:<40} {r['verdict']}")
     print(f"verdicts: {path}")

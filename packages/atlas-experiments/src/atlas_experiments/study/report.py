@@ -68,7 +68,8 @@ def _claim_section(record: dict[str, Any], claim: Claim) -> str:
     return "\n".join(lines)
 
 
-def render(records: list[dict[str, Any]], registry: Registry, scales: Iterable[str]) -> str:
+def render(records: list[dict[str, Any]], registry: Registry, scales: Iterable[str], coverage: str = "") -> str:
+    """verdicts.md; `coverage` says which of the planned jobs had results (a partial run is labelled as such)."""
     counts: dict[str, int] = {}
     for r in records:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
@@ -81,6 +82,7 @@ def render(records: list[dict[str, Any]], registry: Registry, scales: Iterable[s
         "holds = every d_s > 0, mean >= delta and one-sided paired t p < 0.05; does not hold = every d_s < 0 with "
         "mean <= -delta, or the 90% CI inside +-delta; otherwise inconclusive. `resolvable` is the smallest mean the "
         "seeds could have shown at p < 0.05.\n",
+        *([coverage + "\n"] if coverage else []),
         "Counts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + "\n",
         table(["claim", "verdict", "scale", "note"], summary),
         "## Claims judged here\n",
