@@ -36,6 +36,7 @@ DecayTarget = Literal["zero", "init"]
 NormPlacement = Literal["inner", "readout"]
 GammaKind = Literal["token", "window"]
 ExpTemperature = Literal["learned", "fixed"]
+NsForm = Literal["materialise", "gram"]
 
 MEMORY_KINDS = ("linear", "mlp", "gated_mlp")
 BIAS_KINDS = ("l2", "dot")
@@ -46,6 +47,7 @@ DECAY_TARGETS = ("zero", "init")
 NORM_PLACEMENTS = ("inner", "readout")
 GAMMA_KINDS = ("token", "window")
 EXP_TEMPERATURES = ("learned", "fixed")
+NS_FORMS = ("materialise", "gram")
 
 # Muon's quintic Newton-Schulz coefficients (Keller Jordan); they do not converge to exactly 1,
 # singular values of the result land in roughly [0.68, 1.13] (tested band: see newton_schulz).
@@ -81,6 +83,10 @@ class MemoryConfig:
         ns_steps: Newton-Schulz steps k of Muon (paper: 5).
         ns_coeffs: quintic Newton-Schulz coefficients (a, b, c).
         ns_eps: added to the Frobenius norm before Newton-Schulz pre-normalisation.
+        ns_form: how Muon computes NS_k(S) of an r x n momentum (r <= n after transposing), the same map either
+            way (equal up to rounding). "materialise" (default): every step on the r x n iterate (the Triton
+            sub-op where it applies). "gram": the steps on the r x r Gram matrix, the r x n matrix touched twice
+            (`newton_schulz_gram`; cheaper when r << n, docs/muon.md "Newton-Schulz in Gram space").
         feature_map: phi on keys and queries, "identity" | "poly" | "exp" (the phi* kernel, dual form).
         poly_degree: degree p of the polynomial map (symmetric monomials, dimension C(d + p, p)).
         exp_init_keys: number P of learned keys that span the initial first-layer weight of the exp
@@ -140,6 +146,7 @@ class MemoryConfig:
     ns_steps: int = 5
     ns_coeffs: tuple[float, float, float] = DEFAULT_NS_COEFFS
     ns_eps: float = 1e-7
+    ns_form: NsForm = "materialise"
     feature_map: FeatureKind = "identity"
     poly_degree: int = 2
     exp_init_keys: int = 0
@@ -163,6 +170,7 @@ class MemoryConfig:
         _check_choice("norm_placement", self.norm_placement, NORM_PLACEMENTS)
         _check_choice("gamma", self.gamma, GAMMA_KINDS)
         _check_choice("exp_temperature", self.exp_temperature, EXP_TEMPERATURES)
+        _check_choice("ns_form", self.ns_form, NS_FORMS)
         _check_int("expansion", self.expansion, 1)
         _check_int("ns_steps", self.ns_steps, 0)
         _check_int("poly_degree", self.poly_degree, 1)

@@ -36,7 +36,7 @@ from atlas_kernels.ops.memory.functional import activation, exp_kernel, explicit
 from atlas_kernels.ops.memory.inputs import OpInputs, prepare_inputs
 from atlas_kernels.ops.memory.params import initial_state
 from atlas_kernels.ops.memory.state import MemoryState, halo_size, pending_inputs, resume_inputs
-from atlas_kernels.ops.newton_schulz import newton_schulz_auto
+from atlas_kernels.ops.newton_schulz import newton_schulz_auto, newton_schulz_gram
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -327,7 +327,8 @@ def _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target=None):
     for name, (signal, z) in factors.items():
         S = d.Th[..., None, None] * state.momentum[name].unsqueeze(2)
         S = S + torch.einsum("bhjw,bhwo,bhwi->bhjoi", LThG, signal, z)
-        O = newton_schulz_auto(S, cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps)
+        ns = newton_schulz_gram if cfg.ns_form == "gram" else newton_schulz_auto
+        O = ns(S, cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps)
         W = d.A[..., None, None] * state.weights[name].unsqueeze(2)
         if target is not None:  # W_init [H, o, i] against the per-token axis
             W = W + (1.0 - d.A)[..., None, None] * target[name].unsqueeze(1)

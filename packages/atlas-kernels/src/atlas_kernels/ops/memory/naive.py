@@ -30,7 +30,7 @@ from atlas_kernels.ops.memory.functional import bias_loss, explicit_features, me
 from atlas_kernels.ops.memory.inputs import prepare_inputs
 from atlas_kernels.ops.memory.params import initial_state
 from atlas_kernels.ops.memory.state import MemoryState, halo_size, pending_inputs, resume_inputs
-from atlas_kernels.ops.newton_schulz import newton_schulz
+from atlas_kernels.ops.newton_schulz import newton_schulz, newton_schulz_gram
 
 
 def memory_naive(q, k, v, gates, params, cfg: MemoryConfig, state: MemoryState | None = None):
@@ -96,7 +96,8 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
                     W = {n: kept[n] - S[n] for n in W}
                 else:
                     S = {n: theta * S[n] + grads[n] for n in W}
-                    W = {n: kept[n] - eta * newton_schulz(S[n], cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps) for n in W}
+                    ns = newton_schulz_gram if cfg.ns_form == "gram" else newton_schulz
+                    W = {n: kept[n] - eta * ns(S[n], cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps) for n in W}
             if halo is not None:
                 start = win_k.shape[2] - halo
                 win_k, win_v, win_g = win_k[:, :, start:], win_v[:, :, start:], win_g[:, :, start:]

@@ -1,0 +1,76 @@
+"""MemoryConfig.ns_form: Muon's Newton-Schulz on the Gram matrix gives the op's values and gradients (float64)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from atlas_kernels import MemoryConfig, init_memory_params, memory_chunk, memory_naive
+from atlas_kernels.config import MemoryConfigError
+from atlas_kernels.testing import random_inputs, rel_err
+
+H, D = 2, 4
+# poly features: phi(k) has C(6, 2) = 15 entries, so W2 is 16 x 15 (tall) and W1 4 x 16 (wide).
+MUON_POLY = MemoryConfig(memory="mlp", optimizer="muon", feature_map="poly", poly_degree=2, chunk_size=4)
+
+
+def _run(op, cfg, T):
+    """Outputs, final state and the gradient of every input of a random loss over outputs and final state."""
+    q, k, v, gates = random_inputs(2, T, H, D, seed=T, requires_grad=True, eta_scale=0.1)
+    g = torch.Generator().manual_seed(1)
+    params = {
+        n: t.requires_grad_(True) for n, t in init_memory_params(cfg, H, D, D, dtype=torch.float64, generator=g).items()
+    }
+    inputs = {"q": q, "k": k, "v": v, **{f"gate.{n}": t for n, t in gates.items()}, **params}
+    o, state = op(q, k, v, gates, params, cfg)
+    gen = torch.Generator().manual_seed(7)
+    loss = (o * torch.randn(o.shape, dtype=o.dtype, generator=gen)).sum()
+    final = state.tensors()
+    for t in final.values():
+        if t.requires_grad:
+            loss = loss + (t * torch.randn(t.shape, dtype=t.dtype, generator=gen)).sum()
+    grads = torch.autograd.grad(loss, list(inputs.values()), allow_unused=True)
+    return o.detach(), {n: t.detach() for n, t in final.items()}, dict(zip(inputs, grads))
+
+
+# The token oracle at T = 33 repeats T = 7's path 33 times (slow); the chunk op's T = 33 crosses chunk edges.
+OPS_AND_LENGTHS = [
+    pytest.param(memory_chunk, 7, id="chunk-7"),
+    pytest.param(memory_chunk, 33, id="chunk-33"),
+    pytest.param(memory_naive, 7, id="naive-7"),
+    pytest.param(memory_naive, 33, id="naive-33", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("window", [1, 3])
+@pytest.mark.parametrize(("op", "T"), OPS_AND_LENGTHS)
+def test_gram_form_equals_materialised(op, T, window):
+    """Outputs, final state and every input gradient agree to 1e-10 (max-abs relative).
+
+    The momenta are rank-deficient (W1's through the LayerNorm backward, early tokens' by their count), and Newton-
+    Schulz lifts their null directions by up to a^k ~ 490, so rounding is amplified: at eta_scale 0.1 a random
+    1e-15 relative perturbation of every Newton-Schulz input moves the gradients by up to 1e-11, and the Gram form
+    differs by up to 2.3e-11; at eta_scale 0.3 (3e-11 and 1.1e-10) the bound would measure that, not the form.
+    """
+    base = dataclasses.replace(MUON_POLY, window=window)
+    (o_ref, s_ref, g_ref) = _run(op, base, T)
+    (o, s, g) = _run(op, dataclasses.replace(base, ns_form="gram"), T)
+    assert rel_err(o_ref, o) < 1e-10
+    assert s_ref.keys() == s.keys()
+    for name in s_ref:
+        assert rel_err(s_ref[name], s[name]) < 1e-10, name
+    for name, ref in g_ref.items():
+        if ref is None:
+            assert g[name] is None or g[name].abs().max() == 0, name
+        else:
+            assert rel_err(ref, g[name]) < 1e-10, name
+
+
+def test_ns_form_is_checked_and_round_trips():
+    assert MemoryConfig().ns_form == "materialise"
+    with pytest.raises(MemoryConfigError, match="ns_form: expected one of materialise, gram, got 'lowrank'"):
+        MemoryConfig(ns_form="lowrank")
+    cfg = dataclasses.replace(MUON_POLY, ns_form="gram")
+    assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
