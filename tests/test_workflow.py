@@ -243,11 +243,19 @@ def test_tracking_uri_params_hold_no_absolute_path(tmp_path):
     tracked = ("train", "ablation_parent", "evaluate", "synthetic", "learnability", "report")
     assert len(uris) == sum(jobs.get(rule, 0) for rule in tracked) and jobs["train"] >= 8
     assert set(uris) == {f"sqlite:///{results}/results/mlflow.db"}
+    # nor do the TrainConfigs (data, parent record) or the ablation tables name the checkout's absolute path
+    configs = _train_configs(res.stdout)
+    assert configs and not any(str(ROOT) in json.dumps(cfg) for cfg in configs.values())
+    assert configs["window~4"]["data"]["path"] == f"{results}/results/data/embedded"
+    tables = [line for line in res.stdout.splitlines() if " track parent " in line and "--artifact" in line]
+    assert tables and not any(
+        str(ROOT) in shlex.split(line)[shlex.split(line).index("--artifact") + 1] for line in tables
+    )
     assert all("uri" not in cfg["tracking"] for cfg in _train_configs(res.stdout).values())
 
 
 def test_the_study_target_plans_a_pilot_then_one_job_per_arm_and_seed(tmp_path):
-    res = _snakemake("-n", "-p", "study", results=tmp_path)
+    res = _snakemake("-n", "-p", "-F", "study", results=tmp_path)  # -F: the committed verdicts exist
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = _jobs(res.stdout)
     assert jobs["study_pilot"] == 1 and jobs["study_parent"] == 1 and jobs["study_report"] == 1
@@ -258,7 +266,7 @@ def test_the_study_target_plans_a_pilot_then_one_job_per_arm_and_seed(tmp_path):
 
 
 def test_the_gpu_panel_config_plans_lm_jobs_on_the_prepared_corpus(tmp_path):
-    res = _snakemake("-n", "-p", "study", "--configfile", "config/study-gpu.yaml", results=tmp_path)
+    res = _snakemake("-n", "-p", "-F", "study", "--configfile", "config/study-gpu.yaml", results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = _jobs(res.stdout)
     assert jobs["study_job"] == 39 and jobs["prepare_data"] == 1  # 13 arms x 3 seeds of lm_gpu

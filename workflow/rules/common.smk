@@ -5,20 +5,22 @@ import shutil
 import sys
 from pathlib import Path
 
+import yaml
+
 RESULTS = config["results"]
 # Inputs the repository ships (data configs, ablation tables) resolve against its root; outputs against the
 # working directory (`snakemake --directory .test` keeps everything it writes under .test/).
 ROOT = Path(workflow.current_basedir).resolve().parents[1]  # this file is workflow/rules/common.smk
-RESULTS_ABS = Path(RESULTS).resolve()
 
 sys.path.insert(0, str(ROOT / "workflow" / "lib"))
 from ablation_tables import ModelFields, read_table
 
 
 def atlas_cli():
-    """The `atlas` console script next to the running Python (a venv need not be activated), else PATH."""
+    """The `atlas` console script next to the running Python (a venv need not be activated), else PATH; a path
+    relative to the working directory, so a moved checkout (venv and results with it) changes no rule parameter."""
     candidate = Path(sys.executable).parent / "atlas"
-    return str(candidate) if candidate.exists() else (shutil.which("atlas") or "atlas")
+    return os.path.relpath(candidate) if candidate.exists() else (shutil.which("atlas") or "atlas")
 
 
 ATLAS = atlas_cli()
@@ -61,12 +63,12 @@ def train_config(study, run):
     preset, overrides = run_spec(study, run)
     tracking = {"enabled": True, "experiment": study, "run_name": run}  # the store: `--tracking-uri` of the rule
     if study.startswith("ablation_"):
-        tracking["parent"] = str(Path(parent_record(study.removeprefix("ablation_"))).resolve())
+        tracking["parent"] = parent_record(study.removeprefix("ablation_"))
     cfg = deep_merge(
         config["train"]["defaults"],
         {
             "model": {"preset": preset, "size": config["train"]["size"], "overrides": overrides},
-            "data": {"path": str(RESULTS_ABS / "data" / config["train"]["data"])},
+            "data": {"path": f"{RESULTS}/data/{config['train']['data']}"},
             "tracking": tracking,
         },
     )
@@ -155,6 +157,38 @@ wildcard_constraints:
     synthetic=r"mqar|mad",
     preset=r"[a-z0-9_]+",
     dataset=r"[A-Za-z0-9_\-]+",
+
+
+# ---- the claims study (rules in study.smk): its settings, jobs and the corpus of its language-model protocols
+STUDY = config.get("study") or yaml.safe_load((ROOT / "config" / "study.yaml").read_text())["study"]
+STUDY_ROOT = f"{RESULTS}/study"
+STUDY_ARGS = f"--claims {STUDY['claims']} --scale {STUDY['scale']} --root {STUDY_ROOT}"
+
+
+def study_plan():
+    from atlas_experiments.study.claims import load_claims
+    from atlas_experiments.study.plan import plan_jobs
+
+    registry = load_claims(ROOT / STUDY["claims"])
+    return plan_jobs(registry, STUDY["scale"].split(","))
+
+
+_PLAN = study_plan()
+STUDY_JOBS = [job.name for job in _PLAN]
+# language-model protocols train on a prepared corpus (`args.data`: a dataset of the `data` section)
+LM_PROTOCOLS = {job.protocol.name: job.protocol.args["data"] for job in _PLAN if job.protocol.task == "lm"}
+if len(set(LM_PROTOCOLS.values())) > 1:
+    raise ValueError(f"study: the lm protocols use several corpora {sorted(set(LM_PROTOCOLS.values()))}; one at a time")
+STUDY_DATA = next(iter(LM_PROTOCOLS.values()), None)
+STUDY_MANIFEST = [f"{RESULTS}/data/{STUDY_DATA}/manifest.json"] if STUDY_DATA else []
+STUDY_DATA_ARG = f"--data {RESULTS}/data/{STUDY_DATA}" if STUDY_DATA else ""
+
+
+def study_job_inputs(wc):
+    inputs = {"plan": f"{STUDY_ROOT}/plan.json", "parent": ancient(f"{STUDY_ROOT}/parent.json")}
+    if wc.protocol in LM_PROTOCOLS:
+        inputs["manifest"] = STUDY_MANIFEST[0]
+    return inputs
 
 
 # ---- DAG-build validation: the package checks every run, cell and option before any job starts (a typo fails

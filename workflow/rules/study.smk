@@ -1,37 +1,7 @@
 # The pre-registered claims study: pilot (budget check) -> one job per (protocol, arm, seed) -> verdicts.
 # Jobs are `atlas study run` (the product's `atlas eval` of the protocol), tracked in the MLflow experiment
 # `study` under one parent run; the verdicts apply the registered decision rule (atlas_experiments.study).
-import yaml
-
-STUDY = config.get("study") or yaml.safe_load((ROOT / "config" / "study.yaml").read_text())["study"]
-STUDY_ROOT = f"{RESULTS}/study"
-STUDY_ARGS = f"--claims {STUDY['claims']} --scale {STUDY['scale']} --root {STUDY_ROOT}"
-
-
-def study_plan():
-    from atlas_experiments.study.claims import load_claims
-    from atlas_experiments.study.plan import plan_jobs
-
-    registry = load_claims(ROOT / STUDY["claims"])
-    return plan_jobs(registry, STUDY["scale"].split(","))
-
-
-_PLAN = study_plan()
-STUDY_JOBS = [job.name for job in _PLAN]
-# language-model protocols train on a prepared corpus (`args.data`: a dataset of the `data` section)
-LM_PROTOCOLS = {job.protocol.name: job.protocol.args["data"] for job in _PLAN if job.protocol.task == "lm"}
-if len(set(LM_PROTOCOLS.values())) > 1:
-    raise ValueError(f"study: the lm protocols use several corpora {sorted(set(LM_PROTOCOLS.values()))}; one at a time")
-STUDY_DATA = next(iter(LM_PROTOCOLS.values()), None)
-STUDY_MANIFEST = [f"{RESULTS}/data/{STUDY_DATA}/manifest.json"] if STUDY_DATA else []
-STUDY_DATA_ARG = f"--data {RESULTS}/data/{STUDY_DATA}" if STUDY_DATA else ""
-
-
-def study_job_inputs(wc):
-    inputs = {"plan": f"{STUDY_ROOT}/plan.json", "parent": ancient(f"{STUDY_ROOT}/parent.json")}
-    if wc.protocol in LM_PROTOCOLS:
-        inputs["manifest"] = STUDY_MANIFEST[0]
-    return inputs
+# Settings, jobs and the corpus of the language-model protocols: common.smk ("the claims study").
 
 
 localrules:
@@ -67,6 +37,7 @@ rule study_parent:
         record=f"{STUDY_ROOT}/parent.json",
     params:
         atlas=ATLAS,
+        scale=STUDY["scale"],
         uri=tracking_uri(),
         spec=json.dumps({"claims": STUDY["claims"], "scale": STUDY["scale"]}, sort_keys=True),
         claims=STUDY["claims"],
@@ -75,7 +46,7 @@ rule study_parent:
     conda:
         "../envs/atlas.yaml"
     shell:
-        "{params.atlas} track parent --experiment study --name study:{STUDY[scale]} --record {output.record} "
+        "{params.atlas} track parent --experiment study --name study:{params.scale} --record {output.record} "
         "--tracking-uri {params.uri:q} --params {params.spec:q} --artifact {params.claims} > {log} 2>&1"
 
 
@@ -114,13 +85,12 @@ rule study_report:
     params:
         atlas=ATLAS,
         args=STUDY_ARGS,
-        out=STUDY["report_dir"],
     log:
         f"{RESULTS}/logs/study/report.log",
     conda:
         "../envs/atlas.yaml"
     shell:
-        "{params.atlas} study report {params.args} --out {params.out} > {log} 2>&1"
+        "{params.atlas} study report {params.args} --out $(dirname {output.verdicts}) > {log} 2>&1"
 
 
 rule study:

@@ -50,7 +50,8 @@ rule ablation_parent:
         atlas=ATLAS,
         uri=tracking_uri(),
         spec=lambda wc: json.dumps(parent_params(wc.axis), sort_keys=True),
-        table=lambda wc: str(ROOT / config["ablations"]["tables"][wc.axis]),
+        # relative to the working directory: a moved checkout (with its results) keeps the same parameter
+        table=lambda wc: os.path.relpath(ROOT / config["ablations"]["tables"][wc.axis]),
     log:
         f"{RESULTS}/logs/ablation/{{axis}}_parent.log",
     benchmark:
