@@ -73,6 +73,7 @@ MODULES: dict[str, Module] = {
     "optim": Module(
         f"{EXP}/src/atlas_experiments/train/optim.py",
         (
+            f"{EXP}/tests/test_optim_schedule.py",
             f"{EXP}/tests/test_optim_groups.py",
             # the fastest golden run: its losses move with any change of the schedule or of set_lr
             f"{EXP}/tests/test_golden.py::test_golden_losses[transformer_pp_tiny]",
@@ -92,6 +93,7 @@ MODULES: dict[str, Module] = {
         f"{EXP}/src/atlas_experiments/train/loop.py",
         (
             f"{EXP}/tests/test_resume.py",
+            f"{EXP}/tests/test_resume_paths.py",
             f"{EXP}/tests/test_train.py::test_crash_during_checkpoint_save_leaves_previous_loadable",
         ),
         f"{EXP}/tests",
