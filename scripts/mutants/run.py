@@ -8,6 +8,7 @@ of the editable installs, so the tests import the mutated file.
     python scripts/mutants/run.py                    # every module, in the order of MODULES
     python scripts/mutants/run.py optim decision     # some of them
     python scripts/mutants/run.py --survivors optim  # retest only the survivors (after adding tests)
+    python scripts/mutants/run.py --minutes 20 chunk # stop after 20 min; a rerun continues with the untested
     python scripts/mutants/run.py --report           # counts and survivors from the last runs, no test run
     python scripts/mutants/run.py --list             # modules and their tests
 
@@ -26,6 +27,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -51,6 +53,22 @@ class Module:
     scope: tuple[tuple[str, str], ...] = ()
     pytest_args: tuple[str, ...] = field(default=())
 
+
+# The chunk op against the oracles: chunks of 4 over T = 11 with a window of 3 reaching across chunk edges, outputs,
+# state and every input gradient (each config a few seconds; the whole grid is 42).
+_GRAD = f"{KERN}/tests/test_memory_equivalence.py::test_chunk_equals_naive_chunked_with_gradients"
+_GAMMA = f"{KERN}/tests/test_gamma_window.py::test_chunk_equals_oracle_with_gradients"  # gamma="window"
+_WINDOW = ("linear-gd-identity-l2", "mlp-momentum-identity-l2", "mlp-gd-poly-dot", "linear-muon-identity-l2")
+_CHUNK_CONFIGS = (  # every memory, optimizer, feature map and bias at least once
+    "linear-gd-identity-l2",
+    "mlp-momentum-poly-dot",
+    "gated_mlp-muon-identity-l2",
+    "mlp-gd-exp-l2",
+    "linear-momentum-identity-dot",
+    "gated_mlp-gd-exp-dot",
+    "mlp-muon-poly-l2",
+    "gated_mlp-momentum-poly-l2",
+)
 
 MODULES: dict[str, Module] = {
     "decision": Module(
@@ -107,12 +125,29 @@ MODULES: dict[str, Module] = {
     ),
     "coefficients": Module(
         f"{KERN}/src/atlas_kernels/ops/memory/coefficients.py",
-        (f"{KERN}/tests/test_memory_equivalence.py", f"{KERN}/tests/test_gamma_window.py"),
+        (
+            # a fast config first (most mutants die there), then every memory x optimizer x feature x bias
+            f"{_GRAD}[linear-gd-identity-l2-c3-b4]",
+            f"{_GRAD}[linear-momentum-identity-l2-c3-b4]",
+            _GRAD,
+            f"{KERN}/tests/test_memory_equivalence.py::test_chunk16_equals_naive_chunked",
+            *(f"{_GAMMA}[7-3-4-{c}]" for c in _WINDOW),
+        ),
         f"{KERN}/tests",
     ),
     "chunk": Module(
         f"{KERN}/src/atlas_kernels/ops/memory/chunk.py",
-        (f"{KERN}/tests/test_memory_equivalence.py", f"{KERN}/tests/test_decay_target.py"),
+        (
+            *(f"{_GRAD}[{c}-c3-b4]" for c in _CHUNK_CONFIGS),
+            f"{KERN}/tests/test_memory_equivalence.py::test_decay_first_chunked_with_gradients",
+            f"{KERN}/tests/test_memory_equivalence.py::test_chunk16_equals_naive_chunked",
+            f"{KERN}/tests/test_decay_target.py::test_chunk_matches_oracle_t7",
+            f"{KERN}/tests/test_decay_target.py::test_chunk_matches_oracle_other_paths",
+            f"{KERN}/tests/test_norm_placement.py::test_chunk_matches_oracle_t7",
+            f"{KERN}/tests/test_exact_delta_and_read.py::test_exact_delta_equals_recurrence_with_gradients",
+            f"{KERN}/tests/test_segments_and_decoding.py::test_segments_and_decoding_match_one_call",
+            f"{KERN}/tests/test_checkpoint.py",
+        ),
         f"{KERN}/tests",
     ),
 }
@@ -230,7 +265,24 @@ def module_cache(name: str):
             shutil.move(active, stored)
 
 
-def run_module(name: str, module: Module, survivors_only: bool = False) -> float:
+def _run_with_budget(cmd: list[str], env: dict[str, str], minutes: float | None) -> int:
+    """Run mutmut; past the budget, interrupt it (mutmut restores the file it mutated and keeps the results so far:
+    the rest stay untested, and the next run continues with them)."""
+    proc = subprocess.Popen(cmd, cwd=WORK, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout=None if minutes is None else minutes * 60)
+    except subprocess.TimeoutExpired:
+        print(f"\n    budget of {minutes:g} min spent: stopping, the remaining mutants stay untested", flush=True)
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return 0
+
+
+def run_module(name: str, module: Module, survivors_only: bool = False, minutes: float | None = None) -> float:
     skip = {module.path: skipped_lines(module)}
     env = environment(skip)
     check_imports(env)
@@ -240,7 +292,7 @@ def run_module(name: str, module: Module, survivors_only: bool = False) -> float
     start = time.monotonic()
     with module_cache(name) as cache:
         if not survivors_only:
-            rc = subprocess.run(mutmut, cwd=WORK, env=env).returncode
+            rc = _run_with_budget(mutmut, env, minutes)
         else:
             # Tests were only added since the last full run, so a killed mutant stays killed, and a timed-out one
             # (an endless loop) stays detected: retest the survivors.
@@ -339,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--survivors", action="store_true", help="retest only the surviving mutants (after adding tests)"
     )
+    parser.add_argument("--minutes", type=float, help="stop each module after this many minutes (rest untested)")
     parser.add_argument("--list", action="store_true", help="list the modules and their tests")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.modules) - set(MODULES))
@@ -354,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             sync_copy()
             timings_file = WORK / "timings.json"
             for name in names:
-                elapsed = run_module(name, MODULES[name], args.survivors)
+                elapsed = run_module(name, MODULES[name], args.survivors, args.minutes)
                 timings = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
                 timings[name + (" (survivors)" if args.survivors else "")] = elapsed
                 timings_file.write_text(json.dumps(timings, indent=2))
