@@ -82,3 +82,19 @@ def test_keep_checkpoints_prunes_during_the_run(tmp_path, prepared_data, train_d
     root = tmp_path / "run" / "checkpoints"
     assert [p.name for p in ckpt.step_checkpoints(root)] == [ckpt.step_name(4)]
     assert ckpt.load_trainer_state(root / "final")["step"] == 6
+
+
+def test_a_fresh_run_starts_its_skip_streak_at_zero(tmp_path, prepared_data, train_dict, monkeypatch):
+    # one non-finite first step is a streak of one: max_consecutive_skips=2 must let the run go on
+    real = loop.lm_loss
+    calls = {"n": 0}
+
+    def nan_in_step_one(model, x, y):
+        calls["n"] += 1
+        loss = real(model, x, y)
+        return loss * float("nan") if calls["n"] <= 2 else loss  # two micro-batches per step
+
+    monkeypatch.setattr(loop, "lm_loss", nan_in_step_one)
+    cfg = TrainConfig.from_dict(train_dict(prepared_data, steps=3, max_consecutive_skips=2))
+    result = loop.train(cfg, tmp_path / "run")
+    assert (result.steps, result.skipped_steps) == (3, 1)
