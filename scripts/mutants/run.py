@@ -295,12 +295,15 @@ def run_module(name: str, module: Module, survivors_only: bool = False, minutes:
             rc = _run_with_budget(mutmut, env, minutes)
         else:
             # Tests were only added since the last full run, so a killed mutant stays killed, and a timed-out one
-            # (an endless loop) stays detected: retest the survivors.
-            ids = [str(m[0]) for m in mutants_of(module.path, cache) if m[1] == "bad_survived"]
+            # (an endless loop) stays detected: retest the survivors. mutmut skips a mutant already tested against
+            # the same test files, which a changed selection alone does not change: mark each untested first.
+            ids = [m[0] for m in mutants_of(module.path, cache) if m[1] == "bad_survived"]
             print(f"    retesting {len(ids)} survivors", flush=True)
             rc = 0
             for mid in ids:
-                rc |= subprocess.run([*mutmut, mid], cwd=WORK, env=env, stdout=subprocess.DEVNULL).returncode
+                with sqlite3.connect(cache) as db:
+                    db.execute("UPDATE Mutant SET status = 'untested' WHERE id = ?", (mid,))
+                rc |= subprocess.run([*mutmut, str(mid)], cwd=WORK, env=env, stdout=subprocess.DEVNULL).returncode
     elapsed = time.monotonic() - start
     if rc & 1:
         raise SystemExit(f"mutmut failed on {name} (exit {rc}): the unmutated tests must pass first")
