@@ -126,6 +126,7 @@ MODULES: dict[str, Module] = {
     "coefficients": Module(
         f"{KERN}/src/atlas_kernels/ops/memory/coefficients.py",
         (
+            f"{KERN}/tests/test_chunk_coefficients.py",
             # a fast config first (most mutants die there), then every memory x optimizer x feature x bias
             f"{_GRAD}[linear-gd-identity-l2-c3-b4]",
             f"{_GRAD}[linear-momentum-identity-l2-c3-b4]",
