@@ -24,7 +24,7 @@ test: setup
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
-# Mutation testing of the result-critical modules (docs/testing.md): slow (about an hour on 2 cores), not part of
-# `make test` or CI. MUTANTS="optim decision" picks modules; results and survivors' diffs in mutants/report.md.
+# Mutation testing of the result-critical modules (docs/testing.md): slow (about two hours on 2 shared cores), not
+# part of `make test` or CI. MUTANTS="optim decision" picks modules; results and survivors' diffs in mutants/report.md.
 mutants: setup
 	nice -n 10 $(VENV)/bin/python scripts/mutants/run.py $(MUTANTS)
