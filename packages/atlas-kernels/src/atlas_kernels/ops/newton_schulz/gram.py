@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from atlas_kernels.config import DEFAULT_NS_COEFFS
+from atlas_kernels.ops.newton_schulz.naive import wide_normalised
 
 
 def newton_schulz_gram(
@@ -33,12 +34,8 @@ def newton_schulz_gram(
     Returns:
         [..., m, n], same dtype as x.
     """
-    if x.dim() < 2:
-        raise ValueError(f"x: expected [..., m, n] matrices, got shape {tuple(x.shape)}")
     a, b, c = coeffs
-    tall = x.shape[-2] > x.shape[-1]
-    y = x.mT if tall else x
-    y = y / (torch.linalg.matrix_norm(y, keepdim=True) + eps)
+    y, tall = wide_normalised(x, eps)
     if steps > 0:
         eye = torch.eye(y.shape[-2], dtype=y.dtype, device=y.device)
         gram = y @ y.mT

@@ -16,6 +16,16 @@ import torch
 from atlas_kernels.config import DEFAULT_NS_COEFFS
 
 
+def wide_normalised(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, bool]:
+    """The start of every Newton-Schulz form: a tall batch is transposed (the Gram matrix is then the smaller
+    one) and each matrix divided by its Frobenius norm + eps. Returns (Y_0, whether x was transposed)."""
+    if x.dim() < 2:
+        raise ValueError(f"x: expected [..., m, n] matrices, got shape {tuple(x.shape)}")
+    tall = x.shape[-2] > x.shape[-1]
+    y = x.mT if tall else x
+    return y / (torch.linalg.matrix_norm(y, keepdim=True) + eps), tall
+
+
 def newton_schulz(
     x: torch.Tensor,
     steps: int = 5,
@@ -32,12 +42,8 @@ def newton_schulz(
     Returns:
         [..., m, n], same dtype as x.
     """
-    if x.dim() < 2:
-        raise ValueError(f"x: expected [..., m, n] matrices, got shape {tuple(x.shape)}")
     a, b, c = coeffs
-    tall = x.shape[-2] > x.shape[-1]
-    y = x.mT if tall else x
-    y = y / (torch.linalg.matrix_norm(y, keepdim=True) + eps)
+    y, tall = wide_normalised(x, eps)
     for _ in range(steps):
         gram = y @ y.mT
         y = a * y + (b * gram + c * (gram @ gram)) @ y
