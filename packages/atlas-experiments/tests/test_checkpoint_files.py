@@ -198,3 +198,16 @@ def test_cleanup_is_best_effort(tmp_path, monkeypatch):
     monkeypatch.setattr(ckpt.shutil, "rmtree", real)
     assert ckpt.load_trainer_state(tmp_path / "final") == {"step": 3}
     assert ckpt.latest_checkpoint(tmp_path) == tmp_path / ckpt.step_name(3)
+
+
+class TinyTokenizer:
+    """The one method `save_checkpoint` calls on a tokenizer."""
+
+    def save_pretrained(self, path: Path) -> None:
+        (Path(path) / "tokenizer.json").write_text('{"model": "tiny"}')
+
+
+def test_the_tokenizer_is_saved_inside_the_atomic_directory(tmp_path):
+    path = _save(tmp_path, "final", 1, tokenizer=TinyTokenizer())
+    assert sorted(p.name for p in path.iterdir()) == ["COMPLETE", "model.safetensors", "tokenizer.json", "trainer.pt"]
+    assert json.loads((path / "tokenizer.json").read_text()) == {"model": "tiny"}

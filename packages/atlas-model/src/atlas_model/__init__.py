@@ -1,7 +1,9 @@
 """atlas-model: ATLAS (Behrouz et al., arXiv 2505.23735), its baselines and hybrids as Hugging Face causal LMs.
 
 Importing the package registers `AtlasConfig` ("atlas_lm") with `AutoConfig`, `AutoModel` and
-`AutoModelForCausalLM`, so saved models load with the Auto classes (and lm-eval's `hf` backend).
+`AutoModelForCausalLM`, so saved models load with the Auto classes (and lm-eval's `hf` backend). A saved
+directory also loads in a Python that never imported the package, with `trust_remote_code=True`
+(`atlas_model.portable`).
 
 Public API:
     AtlasConfig, AtlasConfigError, AtlasConfig.from_preset(name, size="tiny", **overrides)

@@ -154,6 +154,16 @@ class AtlasConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self._check()
 
+    def save_pretrained(self, save_directory: Any, push_to_hub: bool = False, **kwargs: Any) -> None:
+        """Save `config.json` with an `auto_map` to a loader module written beside it (`atlas_model.portable`),
+        so that the directory loads with `trust_remote_code=True` in a Python that never imported atlas_model.
+        A model's `save_pretrained` saves its config through this method."""
+        from atlas_model.portable import AUTO_MAP, write_loader
+
+        self.auto_map = dict(AUTO_MAP)
+        super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
+        write_loader(save_directory)
+
     # ---------------------------------------------------------------- derived quantities
 
     @property

@@ -1,6 +1,8 @@
 """Atomic checkpoints: a complete directory appears under its final name or not at all.
 
-Layout of `<out>/checkpoints/step_000123/`: the Hugging Face model (`save_pretrained`, safetensors),
+Layout of `<out>/checkpoints/step_000123/`: the Hugging Face model (`save_pretrained`, safetensors, with the
+loader module that lets it load without importing atlas_model first: `atlas_model.portable`), the tokenizer the
+model was trained with (`tokenizer.json`, `tokenizer_config.json`: lm-eval's `pretrained=<dir>` needs nothing else),
 `trainer.pt` (optimizer, RNG states, loader state, counters) and `COMPLETE` (written last, inside the temp dir,
 before the rename). A crash mid-save leaves only `.tmp-*` directories, which loading ignores and the next save
 removes. `keep_last` newest step checkpoints are kept; `final/` is never pruned.
@@ -45,16 +47,20 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     keep_last: int | None = None,
     model_state: dict[str, torch.Tensor] | None = None,
+    tokenizer: Any = None,
 ) -> Path:
     """Write `root/name` atomically; prune old `step_*` checkpoints down to `keep_last`.
 
     `model_state` (full tensors) replaces the module's own state dict, e.g. gathered from FSDP shards.
+    `tokenizer` (a `transformers` tokenizer) is saved beside the model.
     """
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root))
     model_to_save.save_pretrained(tmp, safe_serialization=True, state_dict=model_state)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
     torch.save(trainer_state, tmp / "trainer.pt")
     (tmp / "COMPLETE").write_text(f"{trainer_state.get('step', '')}\n")
     _fsync_dir(tmp)

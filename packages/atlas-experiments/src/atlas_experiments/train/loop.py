@@ -100,6 +100,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
     """Run (or resume) training into `out_dir`. resume: 'auto' (newest checkpoint if any) | 'never' | a path."""
     from atlas_data.loader import TokenWindowLoader
     from atlas_data.manifest import load_manifest
+    from atlas_data.tokenizer import load_tokenizer
     from atlas_experiments import tracking
 
     out = Path(out_dir)
@@ -113,6 +114,8 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
     status = "FAILED"
     try:
         manifest = load_manifest(cfg.data.path, verify=cfg.data.verify)
+        # every checkpoint carries its tokenizer, so a checkpoint directory alone is enough for lm-eval
+        tokenizer = load_tokenizer(cfg.data.path) if info.is_main else None
         accum = cfg.grad_accum(info.world_size)
         peak = cfg.peak_flops or measure_peak_flops(info.device)
         torch.manual_seed(cfg.seed)
@@ -175,7 +178,9 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
                     "step": step, "tokens": tokens, "skipped": skipped, "optimizer": optim_state,
                     "loader": loader.state_dict(), "rng": ckpt.rng_state(), "config": resolved,
                 }  # fmt: skip
-                ckpt.save_checkpoint(ckpt_root, name, unwrap(model), trainer_state, keep, model_state=model_state)
+                ckpt.save_checkpoint(
+                    ckpt_root, name, unwrap(model), trainer_state, keep, model_state=model_state, tokenizer=tokenizer
+                )
             barrier(info)
 
         batches = iter(loader)
