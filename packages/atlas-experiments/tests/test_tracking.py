@@ -128,6 +128,35 @@ def test_sync_run_dir_registers_metrics(tmp_path):
     assert client.get_run(run_id).data.params["seed"] == "3"
 
 
+def test_sync_completes_the_run_that_live_tracking_left_unfinished(tmp_path):
+    """A store that went away after step 2: sync adds steps 3..5 once, keeps the run (its parent tag) and ends it."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"tracking": {"experiment": "pretrain"}, "seed": 3}))
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "loss": 2.0 - s / 10}) + "\n" for s in range(1, 6))
+    )
+    live = tracking.open_tracker(True, uri, "pretrain", "cell", run, {tracking.PARENT_TAG: "p0"}, resume=False)
+    live.log_metrics({"loss": 1.9}, 1)
+    live.log_metrics({"loss": 1.8}, 2)
+    live.flush()  # then the store went away: no end(), the run stays RUNNING
+
+    run_id = tracking.sync_run_dir(run, uri)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    assert run_id == live.run_id
+    got = client.get_run(run_id)
+    assert got.info.status == "FINISHED" and got.data.tags[tracking.PARENT_TAG] == "p0"
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [
+        (s, pytest.approx(2.0 - s / 10)) for s in range(1, 6)
+    ]
+    assert [r.info.run_id for r in client.search_runs([got.info.experiment_id])] == [run_id]
+    assert tracking.sync_run_dir(run, uri) == run_id  # a second sync adds nothing
+    assert len(client.get_metric_history(run_id, "loss")) == 5
+
+
 def test_sync_names_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
         (tmp_path / "config.json").write_text("{}")

@@ -227,7 +227,12 @@ def open_tracker(
 
 
 def sync_run_dir(run_dir: Path, uri: str, experiment: str | None = None, run_name: str | None = None) -> str:
-    """Register a finished run directory (config.json, metrics.jsonl, artifacts) as a new MLflow run."""
+    """Bring the MLflow record of a finished run directory (config.json, metrics.jsonl, artifacts) up to date.
+
+    When live tracking opened the run at this store (`tracking.json`) and the run still exists, that run is
+    completed: the metric steps it lacks are logged (a server that went away mid-run kept only the steps before),
+    the artifacts uploaded, and the run marked FINISHED; its parent tag and name stay. Otherwise a new run is
+    registered from the directory. Either way the run id is returned and kept in `tracking.json`."""
     from atlas_experiments.train.metrics import read_metrics
 
     run_dir = Path(run_dir)
@@ -238,22 +243,64 @@ def sync_run_dir(run_dir: Path, uri: str, experiment: str | None = None, run_nam
             raise FileNotFoundError(f"cannot sync {run_dir}: missing {p.name}")
     config = json.loads(config_path.read_text())
     experiment = experiment or config.get("tracking", {}).get("experiment", "pretrain")
-    tracker = MlflowTracker(
-        uri,
-        experiment,
-        run_name or config.get("tracking", {}).get("run_name") or run_dir.name,
-        {**standard_tags(config), "synced_from": str(run_dir.resolve())},
-        artifact_root=_artifact_root(uri),
-    )
-    tracker.log_params(flatten(config))
+    live_id = _live_run_id(run_dir, uri)
+    if live_id is not None:
+        tracker = MlflowTracker(uri, experiment, run_name or "", run_id=live_id, artifact_root=_artifact_root(uri))
+        have = _logged_steps(tracker.client, live_id, uri)
+    else:
+        tracker = MlflowTracker(
+            uri,
+            experiment,
+            run_name or config.get("tracking", {}).get("run_name") or run_dir.name,
+            {**standard_tags(config), "synced_from": str(run_dir.resolve())},
+            artifact_root=_artifact_root(uri),
+        )
+        tracker.log_params(flatten(config))
+        have = set()
     for record in read_metrics(metrics_path):
         step = record.get("step", 0)
-        tracker.log_metrics({k: v for k, v in record.items() if isinstance(v, int | float) and k != "step"}, step)
+        values = {
+            k: v
+            for k, v in record.items()
+            if isinstance(v, int | float) and k != "step" and (sanitize_key(k), int(step)) not in have
+        }
+        tracker.log_metrics(values, step)
     for name in ("config.json", "loss_curve.png", "train.log"):
         if (run_dir / name).is_file():
             tracker.log_artifact(run_dir / name)
     tracker.end("FINISHED")
+    if tracker.failed:
+        raise RuntimeError(f"could not sync {run_dir} to {uri} (see the warning above)")
+    write_json_atomic(
+        run_dir / TRACKING_FILE, {"uri": uri, "run_id": tracker.run_id, "experiment": experiment}, indent=None
+    )
     return tracker.run_id
+
+
+def _live_run_id(run_dir: Path, uri: str) -> str | None:
+    """The run live tracking opened for `run_dir` at `uri`, if the store still has it."""
+    record = run_dir / TRACKING_FILE
+    if not record.is_file():
+        return None
+    saved = json.loads(record.read_text())
+    if saved.get("uri") != uri or not saved.get("run_id"):
+        return None
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        with _store_lock(uri):
+            MlflowClient(tracking_uri=uri).get_run(saved["run_id"])
+    except MlflowException:
+        return None  # deleted, or a store recreated since: register the directory afresh
+    return str(saved["run_id"])
+
+
+def _logged_steps(client: Any, run_id: str, uri: str) -> set[tuple[str, int]]:
+    """(metric key, step) pairs a run already holds."""
+    with _store_lock(uri):
+        keys = list(client.get_run(run_id).data.metrics)
+        return {(key, m.step) for key in keys for m in client.get_metric_history(run_id, key)}
 
 
 def load_runs(uri: str, experiments: list[str] | None = None) -> list[dict[str, Any]]:
