@@ -13,7 +13,7 @@ import functools
 import types
 import typing
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Any, ClassVar, Literal, Self, TypeVar, Union, get_args, get_origin
 
 from atlas_data.errors import ConfigError
 
@@ -136,3 +136,20 @@ def to_mapping(obj: Any) -> dict[str, Any]:
             value = list(value)
         out[f.name] = value
     return out
+
+
+class MappingConfig:
+    """Base of the frozen config dataclasses read from and written to plain mappings (YAML, the manifest): field
+    types are checked on construction, and errors name the fields under `WHERE` (e.g. "data.split")."""
+
+    WHERE: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        check_types(self, self.WHERE)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str | None = None) -> Self:
+        return from_mapping(cls, data, cls.WHERE if where is None else where)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_mapping(self)

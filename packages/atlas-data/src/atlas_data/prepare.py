@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from atlas_data._io import TMP_SUFFIX
-from atlas_data._schema import bounded, check_types, from_mapping, to_mapping
+from atlas_data._schema import MappingConfig, bounded
 from atlas_data.errors import ConfigError, DataIntegrityError
 from atlas_data.manifest import MANIFEST_FILE, Manifest, load_manifest, write_manifest
 from atlas_data.shards import ShardConfig, dtype_for_vocab, write_shards
@@ -38,12 +38,14 @@ _OWN_FILES = re.compile(r"(train|validation)_(\d{6}\.bin|doc_offsets\.npy)")
 
 
 @dataclass(frozen=True)
-class DataConfig:
+class DataConfig(MappingConfig):
     """Everything that determines a prepared dataset (the defaults are config/data/embedded.yaml).
 
     `workers` only sets how many processes tokenize; it never changes the output and is left out
     of the manifest.
     """
+
+    WHERE = "data"
 
     source: SourceConfig = field(default_factory=SourceConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
@@ -53,19 +55,12 @@ class DataConfig:
     workers: int = bounded(1, min=1)
 
     def __post_init__(self) -> None:
-        check_types(self, "data")
+        super().__post_init__()
         if self.source.max_tokens is not None and self.tokenizer.is_bpe:
             raise ConfigError(
                 "data.source.max_tokens: needs a pretrained tokenizer (tokenizer.spec 'hf:<name>'): a BPE is "
                 "trained before any token is counted; cap a BPE corpus with max_documents instead"
             )
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "data") -> DataConfig:
-        return from_mapping(cls, data, where)
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_mapping(self)
 
     def identity(self) -> dict[str, Any]:
         """The keys that determine the output: `to_dict()` without `workers`."""

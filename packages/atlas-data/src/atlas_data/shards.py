@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from atlas_data._io import atomic_write_bytes, sha256_bytes
-from atlas_data._schema import bounded, check_types, from_mapping, to_mapping
+from atlas_data._schema import MappingConfig, bounded, to_mapping
 from atlas_data.sources import Document
 from atlas_data.splits import SPLITS, SplitAssigner
 
@@ -41,20 +41,12 @@ _TASK_CHARS = 1 << 19
 
 
 @dataclass(frozen=True)
-class ShardConfig:
+class ShardConfig(MappingConfig):
     """Shard size. 2**26 tokens is 128 MiB of uint16 per file."""
 
+    WHERE = "data.shards"
+
     shard_tokens: int = bounded(1 << 26, min=1)
-
-    def __post_init__(self) -> None:
-        check_types(self, "data.shards")
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "data.shards") -> ShardConfig:
-        return from_mapping(cls, data, where)
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_mapping(self)
 
 
 @dataclass(frozen=True)

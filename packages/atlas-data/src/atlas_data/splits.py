@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from atlas_data._schema import bounded, check_types, from_mapping, to_mapping
+from atlas_data._schema import MappingConfig, bounded
 
 TRAIN = "train"
 VALIDATION = "validation"
@@ -28,20 +28,12 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class SplitConfig:
+class SplitConfig(MappingConfig):
     """How documents are divided between the training and validation splits."""
 
+    WHERE = "data.split"
+
     validation_fraction: float = bounded(0.01, min=0.0, max=0.5)
-
-    def __post_init__(self) -> None:
-        check_types(self, "data.split")
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "data.split") -> SplitConfig:
-        return from_mapping(cls, data, where)
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_mapping(self)
 
 
 def hashed_split(group: str, seed: int, fraction: float) -> str:
