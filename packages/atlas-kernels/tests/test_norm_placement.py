@@ -11,6 +11,7 @@ import itertools
 import pytest
 import torch
 
+import atlas_kernels.testing as kt
 from atlas_kernels import (
     MemoryConfig,
     api,
@@ -49,52 +50,18 @@ def _params(cfg, dtype=torch.float64):
     return {n: t.requires_grad_() for n, t in p.items()}
 
 
-def _state_loss(o, state):
-    loss = o.pow(2).sum()
-    for name, t in state.tensors().items():
-        if name.startswith(("weights", "momentum")):
-            loss = loss + t.pow(2).sum()
-    return loss
-
-
 def _compare(cfg, T, eta_scale, tol, seed=1):
     q, k, v, gates = random_inputs(2, T, H, D, seed=seed, requires_grad=True, eta_scale=eta_scale)
     if cfg.gamma == "window":
         g = torch.Generator().manual_seed(seed + 1)
         gates["gamma"] = torch.rand(2, T, H, cfg.window, generator=g, dtype=torch.float64).requires_grad_()
-    p = _params(cfg)
-    o, s = memory_chunk(q, k, v, gates, p, cfg)
-    o_ref, s_ref = memory_naive_chunked(q, k, v, gates, p, cfg)
-    errors = {"o": rel_err(o_ref, o)}
-    ref_state, state = s_ref.tensors(), s.tensors()
-    assert ref_state.keys() == state.keys()
-    errors.update({name: rel_err(ref_state[name], state[name]) for name in state})
-    leaves = {"q": q, "k": k, "v": v, **{f"gate.{n}": g for n, g in gates.items()}, **p}
-    grads = torch.autograd.grad(_state_loss(o, s), list(leaves.values()), allow_unused=True)
-    ref_grads = torch.autograd.grad(_state_loss(o_ref, s_ref), list(leaves.values()), allow_unused=True)
-    for name, g, g_ref in zip(leaves, grads, ref_grads):
-        if g is None and g_ref is None:
-            continue
-        assert g is not None and g_ref is not None, name
-        errors[f"grad.{name}"] = rel_err(g_ref, g)
+    errors = kt.assert_matches_oracle(q, k, v, gates, _params(cfg), cfg, memory_naive_chunked, tol)
     assert {"grad.ln_weight", "grad.ln_bias"} <= errors.keys()
-    worst = max(errors, key=errors.get)
-    assert errors[worst] < tol, (worst, errors[worst])
 
 
-@pytest.mark.parametrize("cfg", GRID, ids=config_id)
-def test_chunk_matches_oracle_t7(cfg):
-    _compare(cfg, 7, eta_scale=0.5, tol=1e-11)
-
-
-@pytest.mark.parametrize("cfg", GRID, ids=config_id)
-def test_chunk_matches_oracle_t33(cfg):
-    _compare(cfg, 33, eta_scale=0.1, tol=1e-10)
-
-
-@pytest.mark.parametrize("cfg", EXTRA, ids=config_id)
-def test_chunk_matches_oracle_other_paths(cfg):
-    _compare(cfg, 7, eta_scale=0.5, tol=1e-11)
+@pytest.mark.parametrize("case", kt.oracle_cases(GRID, EXTRA), ids=kt.oracle_case_id)
+def test_chunk_matches_oracle(case):
+    _compare(*case)
 
 
 def test_exact_recurrence_is_the_chunked_oracle_at_b1():
@@ -109,11 +76,9 @@ def test_exact_recurrence_is_the_chunked_oracle_at_b1():
 
 @pytest.mark.parametrize("cfg", [GRID[1], GRID[3], GRID[7], GRID[10], GRID[11], EXTRA[4]], ids=config_id)
 def test_segments_and_decoding_match_one_call(cfg):
-    T = 13
-    q, k, v, gates = random_inputs(2, T, H, D, seed=5)
-    p = _params(cfg)
+    q, k, v, gates = random_inputs(2, 13, H, D, seed=5)
     with torch.no_grad():
-        assert_pieces_match_one_call(q, k, v, gates, p, cfg, [(0, 3), (3, 9)], decode_from=9, tol=1e-12)
+        assert_pieces_match_one_call(q, k, v, gates, _params(cfg), cfg, [(0, 3), (3, 9)], decode_from=9, tol=1e-12)
 
 
 @pytest.mark.parametrize("cfg", [GRID[3], GRID[7], GRID[11], GRID[15]], ids=config_id)

@@ -7,8 +7,8 @@ round-off; float32 / bfloat16 runs check the precision policy against a float64 
 import pytest
 import torch
 
-from atlas_kernels import MemoryConfig, init_memory_params, memory_chunk, memory_naive, memory_naive_chunked
-from atlas_kernels.testing import random_inputs, rel_err
+from atlas_kernels import MemoryConfig, memory_chunk, memory_naive, memory_naive_chunked
+from atlas_kernels.testing import assert_pieces_match_one_call, assert_results_match, leaf_inputs, rel_err
 
 pytest.importorskip("triton")
 from atlas_kernels.ops.memory.triton_linear import memory_chunk_triton  # noqa: E402
@@ -30,14 +30,8 @@ def _cfg(bias="l2", window=1, chunk_size=4, decay_first=False, optimizer="gd"):
     )
 
 
-def _case(cfg, B=1, T=11, Dk=4, Dv=None, dtype=torch.float64, seed=3, eta_scale=1.0):
-    Dv = Dv or Dk
-    q, k, v, gates = random_inputs(B, T, H, Dk, Dv, seed=seed, eta_scale=eta_scale)
-    if not cfg.uses_momentum:
-        del gates["theta"]
-    p = init_memory_params(cfg, H, Dk, Dv, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-    to = lambda t: t.to(device=DEVICE, dtype=dtype).requires_grad_()  # noqa: E731
-    return to(q), to(k), to(v), {n: to(g) for n, g in gates.items()}, {n: to(t) for n, t in p.items()}
+def _case(cfg, **shape):
+    return leaf_inputs(cfg, H, device=DEVICE, **shape)
 
 
 def _run(op, q, k, v, gates, p, cfg, state=None, seed=9):
@@ -52,22 +46,6 @@ def _run(op, q, k, v, gates, p, cfg, state=None, seed=9):
     leaves = {"q": q, "k": k, "v": v, **{f"gates.{n}": t for n, t in gates.items()}, **p}
     grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
     return o, s, dict(zip(leaves, grads))
-
-
-def _assert_match(ref, out, tol, grad_tol=None):
-    (o_ref, s_ref, g_ref), (o, s, g) = ref, out
-    assert o.shape == o_ref.shape
-    assert torch.isfinite(o).all()
-    errs = {"o": rel_err(o_ref.double(), o.double())}
-    t_ref, t_out = s_ref.tensors(), s.tensors()
-    assert t_ref.keys() == t_out.keys()
-    errs.update({f"state.{n}": rel_err(t_ref[n].double(), t_out[n].double()) for n in t_ref})
-    for name, gr in g_ref.items():
-        assert g[name] is not None, name
-        errs[f"grad.{name}"] = rel_err(gr.double(), g[name].double())
-    bad = {n: e for n, e in errs.items() if e >= (grad_tol if n.startswith("grad") and grad_tol else tol)}
-    assert not bad, bad
-    return errs
 
 
 CASES = {
@@ -89,7 +67,7 @@ def test_matches_torch_op_float64(case, window, chunk_size, T):
     ref = _run(memory_chunk, *args, cfg)
     out = _run(memory_chunk_triton, *args, cfg)
     assert out[0].dtype == ref[0].dtype == torch.float64
-    _assert_match(ref, out, 1e-10)
+    assert_results_match(ref, out, 1e-10)
 
 
 @pytest.mark.parametrize("optimizer", ["gd", "momentum"])
@@ -101,7 +79,7 @@ def test_matches_naive_oracle(window, chunk_size, optimizer):
     oracle = memory_naive if chunk_size == 1 else memory_naive_chunked
     ref = _run(oracle, *args, cfg)
     out = _run(memory_chunk_triton, *args, cfg)
-    _assert_match(ref, out, 1e-9)
+    assert_results_match(ref, out, 1e-9)
 
 
 @pytest.mark.parametrize("optimizer", ["gd", "momentum"])
@@ -111,7 +89,7 @@ def test_value_blocks_and_odd_dims(optimizer):
     args = _case(cfg, B=2, T=7, Dk=5, Dv=20)
     ref = _run(memory_chunk, *args, cfg)
     out = _run(lambda *a: memory_chunk_triton(*a, block_v=16), *args, cfg)
-    _assert_match(ref, out, 1e-10)
+    assert_results_match(ref, out, 1e-10)
 
 
 @pytest.mark.parametrize("decay_first,optimizer", [(False, "gd"), (True, "gd"), (False, "momentum")])
@@ -120,8 +98,8 @@ def test_float32_error_ratio(decay_first, optimizer):
     args64 = _case(cfg, T=33, Dk=8, eta_scale=0.5)
     args32 = _case(cfg, T=33, Dk=8, eta_scale=0.5, dtype=torch.float32)
     ref = _run(memory_chunk, *args64, cfg)
-    errs_torch = _assert_match(ref, _run(memory_chunk, *args32, cfg), 1e-4)
-    errs = _assert_match(ref, _run(memory_chunk_triton, *args32, cfg), 1e-4)
+    errs_torch = assert_results_match(ref, _run(memory_chunk, *args32, cfg), 1e-4)
+    errs = assert_results_match(ref, _run(memory_chunk_triton, *args32, cfg), 1e-4)
     # no worse than the torch op in float32 by more than a small factor
     for name, e in errs.items():
         assert e <= 10 * errs_torch[name] + 1e-6, (name, e, errs_torch[name])
@@ -169,29 +147,17 @@ def test_segments_carry_state_and_gradients(case):
 
     ref = _run(memory_chunk, q, k, v, gates, p, cfg)
     out = _run(two_segments(memory_chunk_triton), q, k, v, gates, p, cfg)
-    _assert_match(ref, out, 1e-10)
+    assert_results_match(ref, out, 1e-10)
 
 
 @pytest.mark.parametrize("optimizer", ["gd", "momentum"])
 def test_states_interoperate_with_the_torch_op(optimizer):
     """torch -> triton -> torch over three segments and token-by-token decoding == one call."""
     cfg = _cfg("l2", 3, 4, optimizer=optimizer)
-    q, k, v, gates, p = (x.detach() if isinstance(x, torch.Tensor) else x for x in _case(cfg, B=2, T=15, seed=2))
-    gates = {n: g.detach() for n, g in gates.items()}
-    p = {n: t.detach() for n, t in p.items()}
-    o_full, s_full = memory_chunk(q, k, v, gates, p, cfg)
-    sl = lambda a, b: (q[:, a:b], k[:, a:b], v[:, a:b], {n: g[:, a:b] for n, g in gates.items()}, p, cfg)  # noqa: E731
-    outs, state = [], None
-    for (a, b), op in zip([(0, 3), (3, 9), (9, 13)], [memory_chunk, memory_chunk_triton, memory_chunk]):
-        o, state = op(*sl(a, b), state)
-        outs.append(o)
-    for t in range(13, 15):  # decoding through the Triton backend
-        o, state = memory_chunk(*sl(t, t + 1), state, backend="triton")
-        outs.append(o)
-    assert rel_err(o_full, torch.cat(outs, 1)) < 1e-12
-    full, pieces = s_full.tensors(), state.tensors()
-    for name in full:
-        assert rel_err(full[name], pieces[name]) < 1e-12, name
+    q, k, v, gates, p = _case(cfg, B=2, T=15, seed=2, requires_grad=False)
+    ops = [memory_chunk, memory_chunk_triton, memory_chunk]
+    cuts = [(0, 3), (3, 9), (9, 13)]  # then decoding token by token through backend="triton"
+    assert_pieces_match_one_call(q, k, v, gates, p, cfg, cuts, 13, 1e-12, ops=ops, decode_backend="triton")
 
 
 def test_empty_sequence_returns_the_state():

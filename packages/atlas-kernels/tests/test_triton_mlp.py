@@ -8,8 +8,8 @@ NaN-poisoned (conftest `nan_empty`), so an output element the kernel forgets to 
 import pytest
 import torch
 
-from atlas_kernels import MemoryConfig, api, init_memory_params, memory_chunk, memory_naive, memory_naive_chunked
-from atlas_kernels.testing import random_inputs, rel_err
+from atlas_kernels import MemoryConfig, api, memory_chunk, memory_naive, memory_naive_chunked
+from atlas_kernels.testing import assert_pieces_match_one_call, assert_results_match, leaf_inputs, rel_err
 
 pytest.importorskip("triton")
 from atlas_kernels.ops.memory.triton_mlp import memory_chunk_triton_mlp  # noqa: E402
@@ -23,18 +23,8 @@ def _cfg(optimizer="gd", window=1, chunk_size=4, memory="mlp", **kw):
     return MemoryConfig(memory=memory, optimizer=optimizer, window=window, chunk_size=chunk_size, **kw)
 
 
-def _case(cfg, B=1, T=11, Dk=4, Dv=None, dtype=torch.float64, seed=3, eta_scale=1.0):
-    Dv = Dv or Dk
-    q, k, v, gates = random_inputs(B, T, H, Dk, Dv, seed=seed, eta_scale=eta_scale)
-    if not cfg.uses_momentum:
-        del gates["theta"]
-    p = init_memory_params(cfg, H, Dk, Dv, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-    if cfg.memory_norm:  # away from the (1, 0) init, so that the LN parameters matter
-        g = torch.Generator().manual_seed(seed + 1)
-        p["ln_weight"] = p["ln_weight"] + 0.3 * torch.randn(p["ln_weight"].shape, generator=g, dtype=torch.float64)
-        p["ln_bias"] = 0.3 * torch.randn(p["ln_bias"].shape, generator=g, dtype=torch.float64)
-    to = lambda t: t.to(device=DEVICE, dtype=dtype).requires_grad_()  # noqa: E731
-    return to(q), to(k), to(v), {n: to(g) for n, g in gates.items()}, {n: to(t) for n, t in p.items()}
+def _case(cfg, **shape):
+    return leaf_inputs(cfg, H, device=DEVICE, **shape)
 
 
 def _run(op, q, k, v, gates, p, cfg, state=None, seed=9):
@@ -60,21 +50,6 @@ def _two_segments(q, k, v, gates, p, cfg, state=None):
     return torch.cat(pieces, 1), state
 
 
-def _assert_match(ref, out, tol):
-    (o_ref, s_ref, g_ref), (o, s, g) = ref, out
-    assert o.shape == o_ref.shape and torch.isfinite(o).all()
-    errs = {"o": rel_err(o_ref.double(), o.double())}
-    t_ref, t_out = s_ref.tensors(), s.tensors()
-    assert t_ref.keys() == t_out.keys()
-    errs.update({f"state.{n}": rel_err(t_ref[n].double(), t_out[n].double()) for n in t_ref})
-    for name, gr in g_ref.items():
-        assert g[name] is not None, name
-        errs[f"grad.{name}"] = rel_err(gr.double(), g[name].double())
-    bad = {n: e for n, e in errs.items() if not e < tol}
-    assert not bad, bad
-    return errs
-
-
 @pytest.mark.parametrize("memory", ["mlp", "gated_mlp"])
 @pytest.mark.parametrize("optimizer", ["gd", "momentum"])
 @pytest.mark.parametrize("window", [1, 3])
@@ -87,7 +62,7 @@ def test_matches_torch_op_float64(optimizer, window, chunk_size, T, memory):
     assert out[0].dtype == torch.float64
     # The memory LN amplifies round-off along the sequence (README, Numerics): at T = 33 the torch op and the
     # naive oracle themselves differ by up to 1.4e-10 on these inputs, the kernel by up to 4e-11.
-    _assert_match(ref, out, 1e-10 if T < 20 else 1e-9)
+    assert_results_match(ref, out, 1e-10 if T < 20 else 1e-9)
 
 
 @pytest.mark.parametrize("memory", ["mlp", "gated_mlp"])
@@ -98,7 +73,7 @@ def test_matches_naive_oracle(window, chunk_size, optimizer, memory):
     cfg = _cfg(optimizer, window, chunk_size, memory)
     args = _case(cfg, T=7, seed=5)
     oracle = memory_naive if chunk_size == 1 else memory_naive_chunked
-    _assert_match(_run(oracle, *args, cfg), _run(memory_chunk_triton_mlp, *args, cfg), 1e-9)
+    assert_results_match(_run(oracle, *args, cfg), _run(memory_chunk_triton_mlp, *args, cfg), 1e-9)
 
 
 VARIANTS = {
@@ -122,7 +97,7 @@ def test_variants_match_torch_op(variant, optimizer):
     args = _case(cfg, T=9, seed=7, **shape)
     ref = _run(memory_chunk, *args, cfg)
     out = _run(lambda *a: memory_chunk_triton_mlp(*a, block_h=16), *args, cfg)
-    _assert_match(ref, out, 1e-10)
+    assert_results_match(ref, out, 1e-10)
 
 
 @pytest.mark.parametrize("memory", ["mlp", "gated_mlp"])
@@ -133,7 +108,9 @@ def test_decay_toward_init_matches_torch_op(optimizer, memory, window, T):
     W_init's (the same params as the initial state) included."""
     cfg = _cfg(optimizer, window, 4, memory, decay_target="init")
     args = _case(cfg, T=T, seed=13, eta_scale=0.3)
-    _assert_match(_run(memory_chunk, *args, cfg), _run(memory_chunk_triton_mlp, *args, cfg), 1e-10 if T < 20 else 1e-9)
+    assert_results_match(
+        _run(memory_chunk, *args, cfg), _run(memory_chunk_triton_mlp, *args, cfg), 1e-10 if T < 20 else 1e-9
+    )
 
 
 @pytest.mark.parametrize("optimizer", ["gd", "momentum"])
@@ -141,11 +118,11 @@ def test_decay_toward_init_matches_oracle_and_resumes(optimizer):
     """Against the token loop (b = 1), and as two segments with a state that starts away from W_init."""
     cfg = _cfg(optimizer, 2, 1, "gated_mlp", decay_target="init")
     args = _case(cfg, T=7, seed=17)
-    _assert_match(_run(memory_naive, *args, cfg), _run(memory_chunk_triton_mlp, *args, cfg), 1e-9)
+    assert_results_match(_run(memory_naive, *args, cfg), _run(memory_chunk_triton_mlp, *args, cfg), 1e-9)
     cfg = _cfg(optimizer, 3, 4, decay_target="init")
     q, k, v, gates, p = _case(cfg, T=13, seed=19, eta_scale=0.5)
 
-    _assert_match(_run(memory_chunk, q, k, v, gates, p, cfg), _run(_two_segments, q, k, v, gates, p, cfg), 1e-10)
+    assert_results_match(_run(memory_chunk, q, k, v, gates, p, cfg), _run(_two_segments, q, k, v, gates, p, cfg), 1e-10)
 
 
 @pytest.mark.parametrize("optimizer", ["gd", "momentum"])
@@ -154,8 +131,8 @@ def test_float32_error_ratio(optimizer):
     args64 = _case(cfg, T=33, Dk=8, eta_scale=0.3)
     args32 = _case(cfg, T=33, Dk=8, eta_scale=0.3, dtype=torch.float32)
     ref = _run(memory_chunk, *args64, cfg)
-    errs_torch = _assert_match(ref, _run(memory_chunk, *args32, cfg), 1e-3)
-    errs = _assert_match(ref, _run(memory_chunk_triton_mlp, *args32, cfg), 1e-3)
+    errs_torch = assert_results_match(ref, _run(memory_chunk, *args32, cfg), 1e-3)
+    errs = assert_results_match(ref, _run(memory_chunk_triton_mlp, *args32, cfg), 1e-3)
     assert _run(memory_chunk_triton_mlp, *args32, cfg)[0].dtype == torch.float32
     for name, e in errs.items():  # no worse than the torch op in float32 by more than a small factor
         assert e <= 10 * errs_torch[name] + 1e-6, (name, e, errs_torch[name])
@@ -170,30 +147,17 @@ def test_segments_carry_state_and_gradients(optimizer, memory):
 
     ref = _run(memory_chunk, q, k, v, gates, p, cfg)
     out = _run(_two_segments, q, k, v, gates, p, cfg)
-    _assert_match(ref, out, 1e-10)
+    assert_results_match(ref, out, 1e-10)
 
 
 @pytest.mark.parametrize("optimizer,memory", [("gd", "mlp"), ("momentum", "mlp"), ("momentum", "gated_mlp")])
 def test_states_interoperate_with_the_torch_op(optimizer, memory):
     """torch -> triton -> torch over three segments, then decoding through backend="triton" == one call."""
     cfg = _cfg(optimizer, 3, 4, memory)
-    q, k, v, gates, p = _case(cfg, B=2, T=15, seed=2, eta_scale=0.5)
-    q, k, v = q.detach(), k.detach(), v.detach()
-    gates = {n: g.detach() for n, g in gates.items()}
-    p = {n: t.detach() for n, t in p.items()}
-    o_full, s_full = memory_chunk(q, k, v, gates, p, cfg)
-    sl = lambda a, b: (q[:, a:b], k[:, a:b], v[:, a:b], {n: g[:, a:b] for n, g in gates.items()}, p, cfg)  # noqa: E731
-    outs, state = [], None
-    for (a, b), op in zip([(0, 3), (3, 9), (9, 13)], [memory_chunk, memory_chunk_triton_mlp, memory_chunk]):
-        o, state = op(*sl(a, b), state)
-        outs.append(o)
-    for t in range(13, 15):
-        o, state = memory_chunk(*sl(t, t + 1), state, backend="triton")
-        outs.append(o)
-    assert rel_err(o_full, torch.cat(outs, 1)) < 1e-12
-    full, pieces = s_full.tensors(), state.tensors()
-    for name in full:
-        assert rel_err(full[name], pieces[name]) < 1e-12, name
+    q, k, v, gates, p = _case(cfg, B=2, T=15, seed=2, eta_scale=0.5, requires_grad=False)
+    ops = [memory_chunk, memory_chunk_triton_mlp, memory_chunk]
+    cuts = [(0, 3), (3, 9), (9, 13)]  # then decoding token by token through backend="triton"
+    assert_pieces_match_one_call(q, k, v, gates, p, cfg, cuts, 13, 1e-12, ops=ops, decode_backend="triton")
 
 
 def test_empty_sequence_returns_the_state():

@@ -53,6 +53,41 @@ def random_inputs(
     return q, k, v, gates
 
 
+def leaf_inputs(
+    cfg: MemoryConfig,
+    H: int,
+    B=1,
+    T=11,
+    Dk=4,
+    Dv=None,
+    *,
+    dtype=torch.float64,
+    seed=3,
+    eta_scale=1.0,
+    device="cpu",
+    requires_grad=True,
+):
+    """(q, k, v, gates, params) as leaves in `dtype` on `device`: `random_inputs` (no theta without momentum) and
+    `init_memory_params`, both drawn in float64 so that every dtype sees the same values. LayerNorm parameters are
+    moved away from their (1, 0) init, so that they matter."""
+    from atlas_kernels.ops.memory.params import init_memory_params
+
+    Dv = Dv or Dk
+    q, k, v, gates = random_inputs(B, T, H, Dk, Dv, seed=seed, eta_scale=eta_scale)
+    if not cfg.uses_momentum:
+        del gates["theta"]
+    p = init_memory_params(cfg, H, Dk, Dv, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    if "ln_weight" in p:
+        g = torch.Generator().manual_seed(seed + 1)
+        p["ln_weight"] = p["ln_weight"] + 0.3 * torch.randn(p["ln_weight"].shape, generator=g, dtype=torch.float64)
+        p["ln_bias"] = 0.3 * torch.randn(p["ln_bias"].shape, generator=g, dtype=torch.float64)
+
+    def leaf(t):
+        return t.to(device=device, dtype=dtype).requires_grad_(requires_grad)
+
+    return leaf(q), leaf(k), leaf(v), {n: leaf(g) for n, g in gates.items()}, {n: leaf(t) for n, t in p.items()}
+
+
 def valid_configs(**fixed) -> Iterator[MemoryConfig]:
     """Every memory x optimizer x feature x bias combination MemoryConfig accepts; `fixed` pins any field."""
     axes = {
@@ -84,20 +119,100 @@ def rel_err(ref: torch.Tensor, out: torch.Tensor) -> float:
     return diff / scale if scale > 0 else diff
 
 
-def assert_pieces_match_one_call(q, k, v, gates, params, cfg: MemoryConfig, cuts, decode_from: int, tol: float):
+def oracle_cases(grid, extra) -> list[tuple[MemoryConfig, int, float, float]]:
+    """(cfg, T, eta_scale, tol) of the float64 chunk-op-against-oracle comparisons of one option: every config of
+    `grid` at T = 7 (eta 0.5, tol 1e-11) and at T = 33 (eta 0.1, tol 1e-10: the memory LayerNorm makes long
+    recurrences at large eta chaotic, README "Numerics"), and the `extra` paths at T = 7."""
+    short, long = (7, 0.5, 1e-11), (33, 0.1, 1e-10)
+    return [(c, *short) for c in grid] + [(c, *long) for c in grid] + [(c, *short) for c in extra]
+
+
+def oracle_case_id(case) -> str:
+    return f"T{case[1]}-{config_id(case[0])}"
+
+
+def assert_matches_oracle(q, k, v, gates, params, cfg: MemoryConfig, oracle, tol: float) -> dict[str, float]:
+    """The largest `rel_err` of `memory_chunk` against `oracle` (a token loop with the same signature) must be
+    below `tol`; returns them all by name: the output "o", every
+    final state tensor by name, and "grad.<leaf>" for every input, gate ("gate.<name>") and parameter, of the
+    loss sum(o^2) + sum of the squared weights and momenta of the state. A leaf that one side leaves without a
+    gradient must be unused by both. With exp features the first layer's state is dual coefficients in the chunk
+    op but explicit Taylor matrices in the oracle: those tensors are neither compared nor in the loss."""
+    from atlas_kernels.api import memory_chunk
+
+    def dual(name):
+        return cfg.feature_map == "exp" and name.split(".")[-1] in cfg.feature_input_weights
+
+    def loss(o, state):
+        total = o.pow(2).sum()
+        for name, t in state.tensors().items():
+            if name.startswith(("weights", "momentum")) and not dual(name):
+                total = total + t.pow(2).sum()
+        return total
+
+    o, s = memory_chunk(q, k, v, gates, params, cfg)
+    o_ref, s_ref = oracle(q, k, v, gates, params, cfg)
+    errors = {"o": rel_err(o_ref, o)}
+    if cfg.feature_map != "exp":
+        ref_state, state = s_ref.tensors(), s.tensors()
+        assert ref_state.keys() == state.keys()
+        errors.update({name: rel_err(ref_state[name], state[name]) for name in state})
+    leaves = {"q": q, "k": k, "v": v, **{f"gate.{n}": g for n, g in gates.items()}, **params}
+    grads = torch.autograd.grad(loss(o, s), list(leaves.values()), allow_unused=True)
+    ref_grads = torch.autograd.grad(loss(o_ref, s_ref), list(leaves.values()), allow_unused=True)
+    for name, g, g_ref in zip(leaves, grads, ref_grads):
+        if g is None and g_ref is None:
+            continue
+        assert g is not None and g_ref is not None, name
+        errors[f"grad.{name}"] = rel_err(g_ref, g)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] < tol, (worst, errors[worst])
+    return errors
+
+
+def assert_results_match(ref, out, tol: float, grad_tol: float | None = None) -> dict[str, float]:
+    """`ref` and `out` are (o, state, {leaf: gradient}) of two runs of an op on the same inputs: same output shape,
+    finite outputs, the same state tensors, a gradient wherever `ref` has one, and every `rel_err` (computed in
+    float64) below `tol` (`grad_tol` for the gradients when given; NaN fails). Returns the errors by name:
+    "o", "state.<tensor>", "grad.<leaf>"."""
+    (o_ref, s_ref, g_ref), (o, s, g) = ref, out
+    assert o.shape == o_ref.shape and torch.isfinite(o).all()
+    errs = {"o": rel_err(o_ref.double(), o.double())}
+    t_ref, t_out = s_ref.tensors(), s.tensors()
+    assert t_ref.keys() == t_out.keys()
+    errs.update({f"state.{n}": rel_err(t_ref[n].double(), t_out[n].double()) for n in t_ref})
+    for name, gr in g_ref.items():
+        assert g[name] is not None, name
+        errs[f"grad.{name}"] = rel_err(gr.double(), g[name].double())
+    bad = {n: e for n, e in errs.items() if not e < (grad_tol if grad_tol and n.startswith("grad") else tol)}
+    assert not bad, bad
+    return errs
+
+
+def assert_pieces_match_one_call(
+    q, k, v, gates, params, cfg: MemoryConfig, cuts, decode_from: int, tol: float, *, ops=None, decode_backend=None
+):
     """One `memory_chunk` call over [0, T) against the same sequence run in pieces: `memory_chunk` over each
     (a, b) of `cuts` (chaining the state), then `memory_step` token by token from `decode_from` to T. Outputs and
-    every final state tensor must agree within `tol` (`rel_err`)."""
+    every final state tensor must agree within `tol` (`rel_err`).
+
+    `ops` (one per cut) replaces `memory_chunk` on the pieces, and `decode_backend` decodes with `memory_chunk`
+    on one-token segments of that backend instead of `memory_step`: states handed between two implementations."""
     from atlas_kernels.api import memory_chunk, memory_step
 
-    T = q.shape[1]
+    def piece(a, b):
+        return q[:, a:b], k[:, a:b], v[:, a:b], {n: g[:, a:b] for n, g in gates.items()}, params, cfg
+
     o_full, s_full = memory_chunk(q, k, v, gates, params, cfg)
     outs, state = [], None
-    for a, b in cuts:
-        seg = {n: g[:, a:b] for n, g in gates.items()}
-        o, state = memory_chunk(q[:, a:b], k[:, a:b], v[:, a:b], seg, params, cfg, state)
+    for (a, b), op in zip(cuts, ops or [memory_chunk] * len(cuts)):
+        o, state = op(*piece(a, b), state)
         outs.append(o)
-    for t in range(decode_from, T):
+    for t in range(decode_from, q.shape[1]):
+        if decode_backend is not None:
+            o, state = memory_chunk(*piece(t, t + 1), state, backend=decode_backend)
+            outs.append(o)
+            continue
         step_gates = {n: g[:, t] for n, g in gates.items()}
         o, state = memory_step(q[:, t], k[:, t], v[:, t], step_gates, params, cfg, state)
         outs.append(o[:, None])
