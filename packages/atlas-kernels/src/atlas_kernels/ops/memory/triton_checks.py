@@ -35,25 +35,35 @@ def _reference_dtype(device) -> torch.dtype:
     return torch.float32 if torch.device(device).type == "cuda" else torch.float64
 
 
-def linear_memory_inputs(cfg: MemoryConfig, B, T, H, Dk, Dv, *, dtype, device, seed=0):
-    """Stable random inputs of the linear memory at any size: l2-normalised q, k; v ~ N(0, 1); alpha in
-    [0.9, 1); eta in [0, 1/c) (the delta step stays contractive over a window of c); gamma in [0.5, 1];
-    with momentum theta in [0, 0.9) and eta in [0, 0.1/c)."""
+def memory_inputs(cfg: MemoryConfig, B, T, H, Dk, Dv, *, dtype, device, seed=0, eta_max=1.0, momentum_eta=1.0):
+    """Stable random inputs at any size: l2-normalised q, k; v ~ N(0, 1); alpha in [0.9, 1); eta in
+    [0, eta_max / c) (a step over a window of c stays contractive), times `momentum_eta` with momentum; gamma in
+    [0.5, 1]; with momentum theta in [0, 0.9) (the momentum sum stays bounded). Params from `init_memory_params`.
+    Drawn in float32, then cast to `dtype` on `device`."""
     g = torch.Generator(device=device).manual_seed(seed)
     rand = lambda *s: torch.rand(*s, generator=g, device=device, dtype=torch.float32)  # noqa: E731
     randn = lambda *s: torch.randn(*s, generator=g, device=device, dtype=torch.float32)  # noqa: E731
     q = F.normalize(randn(B, T, H, Dk), dim=-1)
     k = F.normalize(randn(B, T, H, Dk), dim=-1)
     v = randn(B, T, H, Dv)
-    gates = {"alpha": 0.9 + 0.1 * rand(B, T, H), "eta": rand(B, T, H) / cfg.window, "gamma": 0.5 + 0.5 * rand(B, T, H)}
-    if cfg.uses_momentum:  # theta in [0, 0.9): the momentum sum stays bounded; eta shrinks with it
+    gates = {
+        "alpha": 0.9 + 0.1 * rand(B, T, H),
+        "eta": eta_max * rand(B, T, H) / cfg.window,
+        "gamma": 0.5 + 0.5 * rand(B, T, H),
+    }
+    if cfg.uses_momentum:
         gates["theta"] = 0.9 * rand(B, T, H)
-        gates["eta"] = gates["eta"] * 0.1
+        gates["eta"] = gates["eta"] * momentum_eta
     p = init_memory_params(
         cfg, H, Dk, Dv, dtype=torch.float32, device="cpu", generator=torch.Generator().manual_seed(seed)
     )
     cast = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
     return cast(q), cast(k), cast(v), {n: cast(t) for n, t in gates.items()}, {n: cast(t) for n, t in p.items()}
+
+
+def linear_memory_inputs(cfg: MemoryConfig, B, T, H, Dk, Dv, *, dtype, device, seed=0):
+    """`memory_inputs` of the linear memory: eta in [0, 1/c), [0, 0.1/c) with momentum."""
+    return memory_inputs(cfg, B, T, H, Dk, Dv, dtype=dtype, device=device, seed=seed, momentum_eta=0.1)
 
 
 def forward_backward(op, q, k, v, gates, params, cfg, w_o, w_state):

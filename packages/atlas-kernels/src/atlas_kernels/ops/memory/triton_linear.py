@@ -39,10 +39,9 @@ import torch
 import triton
 
 from atlas_kernels.config import MemoryConfig
-from atlas_kernels.ops.memory.inputs import prepare_inputs
-from atlas_kernels.ops.memory.state import MemoryState, halo_size, resume_inputs
+from atlas_kernels.ops.memory.state import MemoryState, halo_size
 from atlas_kernels.ops.memory.triton_linear_kernels import _linear_bwd_kernel, _linear_fwd_kernel
-from atlas_kernels.ops.memory.triton_support import common_unsupported, window_tail
+from atlas_kernels.ops.memory.triton_support import call_state, common_unsupported, incoming_halo, start_call
 from atlas_kernels.ops.triton_common import compute_precision, memory_kernel_compile
 
 MAX_VALUE_BLOCK = 32
@@ -73,6 +72,17 @@ def _num_warps(BT: int, BK: int, BV: int) -> int:
     return 4 if max(BT, BK) <= 32 else 8
 
 
+def _geometry(k: torch.Tensor, v: torch.Tensor, halo_k: torch.Tensor, chunk: int, block_v: int | None):
+    """(B, T, H, K, V, halo, chunks NT, precision (acc_torch, acc, prec), tiles (BT, BH, BK, BV), value blocks NV):
+    what the forward and the backward launch derive alike from the inputs."""
+    B, T, H, K = k.shape
+    V = v.shape[-1]
+    halo = halo_k.shape[2]
+    acc_torch, acc, prec = compute_precision(k.dtype, k.device)
+    BT, BH, BK, BV = _blocks(chunk, halo, K, V, block_v, prec)
+    return B, T, H, K, V, halo, triton.cdiv(T, chunk), acc_torch, acc, prec, BT, BH, BK, BV, triton.cdiv(V, BV)
+
+
 def _state_strides(t: torch.Tensor, K: int) -> torch.Tensor:
     return t if (t.stride(-1) == 1 and t.stride(-2) == K) else t.contiguous()
 
@@ -86,13 +96,7 @@ class LinearMemoryFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, alpha, eta, gamma, theta, w0, s0, halo_k, halo_v, halo_gamma, settings):
         chunk, l2, decay_first, momentum, gate_eps, block_v = settings
-        B, T, H, K = k.shape
-        V = v.shape[-1]
-        halo = halo_k.shape[2]
-        NT = triton.cdiv(T, chunk)
-        acc_torch, acc, prec = compute_precision(k.dtype, k.device)
-        BT, BH, BK, BV = _blocks(chunk, halo, K, V, block_v, prec)
-        NV = triton.cdiv(V, BV)
+        B, T, H, K, V, halo, NT, acc_torch, acc, prec, BT, BH, BK, BV, NV = _geometry(k, v, halo_k, chunk, block_v)
         w0, s0 = _state_strides(w0, K), _state_strides(s0, K)
         y = torch.empty(B, T, H, V, dtype=v.dtype, device=v.device)
         wt = torch.empty(B, H, V, K, dtype=acc_torch, device=v.device)
@@ -119,13 +123,7 @@ class LinearMemoryFunction(torch.autograd.Function):
     def backward(ctx, dy, dwt, dwr, dst, dsr):
         q, k, v, alpha, eta, gamma, theta, halo_k, halo_v, halo_gamma, h0, hs0 = ctx.saved_tensors
         chunk, l2, decay_first, momentum, gate_eps, block_v = ctx.settings
-        B, T, H, K = k.shape
-        V = v.shape[-1]
-        halo = halo_k.shape[2]
-        NT = triton.cdiv(T, chunk)
-        acc_torch, acc, prec = compute_precision(k.dtype, k.device)
-        BT, BH, BK, BV = _blocks(chunk, halo, K, V, block_v, prec)
-        NV = triton.cdiv(V, BV)
+        B, T, H, K, V, halo, NT, acc_torch, acc, prec, BT, BH, BK, BV, NV = _geometry(k, v, halo_k, chunk, block_v)
         dev = k.device
         if dy is None:
             dy = torch.zeros(B, T, H, V, dtype=v.dtype, device=dev)
@@ -200,12 +198,7 @@ def memory_chunk_triton(q, k, v, gates, params, cfg: MemoryConfig, state: Memory
     are re-run from the chunk start), and a call that ends inside a chunk returns such a state.
     `block_v` overrides the value-dim block of a program (tests; default min(64, next power of 2 of Dv)).
     """
-    unsupported = triton_unsupported(cfg, q)
-    if unsupported is not None:
-        field, reason = unsupported
-        raise ValueError(f"{field}: not supported by the Triton backend: {reason}")
-    q, k, v, gates, state, n_pending = resume_inputs(q, k, v, gates, state)
-    x = prepare_inputs(q, k, v, gates, params, cfg)  # validation (names the offending argument)
+    q, k, v, x, state, n_pending = start_call(q, k, v, gates, params, cfg, state, triton_unsupported(cfg, q))
     B, H, T, K, V = x.shape
     acc_torch = compute_precision(k.dtype)[0]
     halo = halo_size(cfg)
@@ -213,18 +206,12 @@ def memory_chunk_triton(q, k, v, gates, params, cfg: MemoryConfig, state: Memory
     if state is None:
         w0 = params["W"].unsqueeze(0).expand(B, *params["W"].shape)
         s0 = w0.new_zeros(B, H, V, K) if momentum else w0
-        halo_k = k.new_zeros(B, H, halo, K, dtype=acc_torch)
-        halo_v = k.new_zeros(B, H, halo, V, dtype=acc_torch)
-        halo_gamma = k.new_zeros(B, H, halo, dtype=acc_torch)
     else:
         if state.kernel_keys is not None or state.explicit_exp or (state.momentum is None) == momentum:
             raise ValueError(f"state: not a state of linear memory with optimizer={cfg.optimizer!r}")
         w0 = state.weights["W"]
         s0 = state.momentum["W"] if momentum else w0
-        halo_k, halo_v, halo_gamma = state.halo_k, state.halo_v, state.halo_gamma
-        if halo_k.shape[2] != halo:
-            raise ValueError(f"state: halo of {halo_k.shape[2]} tokens, expected window - 1 = {halo}")
-    halo_k, halo_v, halo_gamma = halo_k.contiguous(), halo_v.contiguous(), halo_gamma.contiguous()
+    halo_k, halo_v, halo_gamma = incoming = incoming_halo(state, k, V, halo, acc_torch)
     names = ("alpha", "eta", "gamma", "theta")
     alpha, eta, gamma, theta = (getattr(x, n).transpose(1, 2).contiguous() for n in names)
     qc, kc, vc = q.contiguous(), k.contiguous(), v.contiguous()
@@ -244,20 +231,10 @@ def memory_chunk_triton(q, k, v, gates, params, cfg: MemoryConfig, state: Memory
             qc, kc, vc, alpha, eta, gamma, theta, w0, s0, halo_k, halo_v, halo_gamma, settings
         )
 
-    def _state(end, W, S):
-        return MemoryState(
-            weights={"W": W},
-            momentum={"W": S} if momentum else None,
-            halo_k=window_tail(kc, halo_k, end, halo).to(acc_torch),
-            halo_v=window_tail(vc, halo_v, end, halo).to(acc_torch),
-            halo_gamma=window_tail(gamma, halo_gamma, end, halo).to(acc_torch),
-        )
+    def groups_of(tensors):
+        W, S = tensors
+        return {"W": W}, ({"W": S} if momentum else None)
 
-    new_state = _state(T, wt, st)
-    tail = T % cfg.chunk_size
-    if tail:
-        start = T - tail
-        new_state.resume = _state(start, wr, sr)
-        pend = {"k": kc, "v": vc, "alpha": alpha, "eta": eta, "theta": theta, "gamma": gamma}
-        new_state.pending = {n: t[:, start:].to(acc_torch) for n, t in pend.items()}
+    seqs = {"k": kc, "v": vc, "alpha": alpha, "eta": eta, "theta": theta, "gamma": gamma}
+    new_state = call_state(groups_of, (wt, st), (wr, sr), seqs, incoming, halo, cfg.chunk_size, acc_torch)
     return y[:, n_pending:], new_state

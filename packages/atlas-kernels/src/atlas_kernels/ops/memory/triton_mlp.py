@@ -50,11 +50,10 @@ from atlas_kernels.ops.memory.coefficients import (
     update_coefficients,
     window_gates,
 )
-from atlas_kernels.ops.memory.inputs import prepare_inputs
-from atlas_kernels.ops.memory.state import MemoryState, halo_size, resume_inputs
+from atlas_kernels.ops.memory.state import MemoryState, halo_size
 from atlas_kernels.ops.memory.triton_mlp_bwd import _mlp_bwd_kernel
 from atlas_kernels.ops.memory.triton_mlp_kernels import _mlp_fwd_kernel
-from atlas_kernels.ops.memory.triton_support import common_unsupported, window_tail
+from atlas_kernels.ops.memory.triton_support import call_state, common_unsupported, incoming_halo, start_call
 from atlas_kernels.ops.triton_common import compute_precision, memory_kernel_compile
 
 HIDDEN_BLOCK = 32
@@ -262,12 +261,7 @@ def memory_chunk_triton_mlp(q, k, v, gates, params, cfg: MemoryConfig, state: Me
     States interoperate with the torch op both ways (same `MemoryState` fields and dtypes), pending tokens of a
     sequence that ended inside a chunk included. `block_h` overrides the hidden block (tests; default 32).
     """
-    unsupported = triton_unsupported(cfg, q)
-    if unsupported is not None:
-        field, reason = unsupported
-        raise ValueError(f"{field}: not supported by the Triton backend: {reason}")
-    q, k, v, gates, state, n_pending = resume_inputs(q, k, v, gates, state)
-    x = prepare_inputs(q, k, v, gates, params, cfg)  # validation (names the offending argument)
+    q, k, v, x, state, n_pending = start_call(q, k, v, gates, params, cfg, state, triton_unsupported(cfg, q))
     B, H, T, K, V = x.shape
     acc_torch = compute_precision(k.dtype)[0]
     halo = halo_size(cfg)
@@ -278,24 +272,18 @@ def memory_chunk_triton_mlp(q, k, v, gates, params, cfg: MemoryConfig, state: Me
         weights = [params[n].expand(B, *params[n].shape) if n in names else None for n in ("W1", "W2", "W3")]
         zeros = [w.new_zeros(w.shape) if w is not None and momentum else None for w in weights]
         states = weights + zeros
-        halo_k = k.new_zeros(B, H, halo, K, dtype=acc_torch)
-        halo_v = k.new_zeros(B, H, halo, V, dtype=acc_torch)
-        halo_gamma = k.new_zeros(B, H, halo, dtype=acc_torch)
     else:
         if state.kernel_keys is not None or state.explicit_exp or (state.momentum is None) == momentum:
             raise ValueError(f"state: not a state of MLP memory with optimizer={cfg.optimizer!r}")
         if set(state.weights) != set(names):
             raise ValueError(f"state: weights {sorted(state.weights)}, expected {', '.join(names)} ({cfg.memory=})")
         states = [getattr(state, group)[n] if there else None for (group, n), there in zip(STATE_ORDER, present)]
-        halo_k, halo_v, halo_gamma = state.halo_k, state.halo_v, state.halo_gamma
-        if halo_k.shape[2] != halo:
-            raise ValueError(f"state: halo of {halo_k.shape[2]} tokens, expected window - 1 = {halo}")
+    halo_k, halo_v, halo_gamma = incoming = incoming_halo(state, k, V, halo, acc_torch)
     states = [t if t is not None else k.new_zeros(0) for t in states]
     if cfg.decay_target == "init":  # the decay pulls toward the initial weights (W3 only for gated_mlp)
         targets = [params[n].contiguous() if n in names else k.new_zeros(0) for n in ("W1", "W2", "W3")]
     else:
         targets = [k.new_zeros(0)] * 3
-    halo_k, halo_v, halo_gamma = halo_k.contiguous(), halo_v.contiguous(), halo_gamma.contiguous()
     if cfg.memory_norm:
         lnw, lnb = params["ln_weight"].contiguous(), params["ln_bias"].contiguous()
     else:
@@ -310,24 +298,13 @@ def memory_chunk_triton_mlp(q, k, v, gates, params, cfg: MemoryConfig, state: Me
                                       halo_v, halo_gamma, cfg, block_h)  # fmt: skip
         y, end, resume = out[0], list(out[1:7]), list(out[7:13])
 
-    def _state(at, tensors):
+    def groups_of(tensors):
         groups = {"weights": {}, "momentum": {}}
         for (group, name), there, t in zip(STATE_ORDER, present, tensors):
             if there:
                 groups[group][name] = t
-        return MemoryState(
-            weights=groups["weights"],
-            momentum=groups["momentum"] if momentum else None,
-            halo_k=window_tail(kc, halo_k, at, halo).to(acc_torch),
-            halo_v=window_tail(vc, halo_v, at, halo).to(acc_torch),
-            halo_gamma=window_tail(gamma, halo_gamma, at, halo).to(acc_torch),
-        )
+        return groups["weights"], (groups["momentum"] if momentum else None)
 
-    new_state = _state(T, end)
-    tail = T % cfg.chunk_size
-    if tail:
-        start = T - tail
-        new_state.resume = _state(start, resume)
-        pend = {"k": kc, "v": vc, "alpha": alpha, "eta": eta, "theta": theta, "gamma": gamma}
-        new_state.pending = {n: t[:, start:].to(acc_torch) for n, t in pend.items()}
+    seqs = {"k": kc, "v": vc, "alpha": alpha, "eta": eta, "theta": theta, "gamma": gamma}
+    new_state = call_state(groups_of, end, resume, seqs, incoming, halo, cfg.chunk_size, acc_torch)
     return y[:, n_pending:], new_state

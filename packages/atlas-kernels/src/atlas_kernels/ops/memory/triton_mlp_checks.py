@@ -13,33 +13,15 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from atlas_kernels.config import MemoryConfig
-from atlas_kernels.ops.memory.params import init_memory_params
-from atlas_kernels.ops.memory.triton_checks import error_ratios, forward_backward, upcast_inputs
+from atlas_kernels.ops.memory.triton_checks import error_ratios, forward_backward, memory_inputs, upcast_inputs
 
 
 def mlp_memory_inputs(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, eta_max=0.1):
-    """Titans-like random inputs: l2-normalised q, k [B, T, H, D]; v ~ N(0, 1); alpha in [0.9, 1); gamma in
-    [0.5, 1]; eta in [0, eta_max / c) (inner learning rates of Titans / Atlas are small; large ones make the
-    LN-normalised recurrence chaotic); with momentum theta in [0, 0.9). Params from `init_memory_params`."""
-    g = torch.Generator(device=device).manual_seed(seed)
-    rand = lambda *s: torch.rand(*s, generator=g, device=device, dtype=torch.float32)  # noqa: E731
-    randn = lambda *s: torch.randn(*s, generator=g, device=device, dtype=torch.float32)  # noqa: E731
-    q = F.normalize(randn(B, T, H, D), dim=-1)
-    k = F.normalize(randn(B, T, H, D), dim=-1)
-    v = randn(B, T, H, D)
-    gates = {
-        "alpha": 0.9 + 0.1 * rand(B, T, H),
-        "eta": eta_max * rand(B, T, H) / cfg.window,
-        "gamma": 0.5 + 0.5 * rand(B, T, H),
-    }
-    if cfg.uses_momentum:
-        gates["theta"] = 0.9 * rand(B, T, H)
-    p = init_memory_params(cfg, H, D, D, dtype=torch.float32, generator=torch.Generator().manual_seed(seed))
-    cast = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
-    return cast(q), cast(k), cast(v), {n: cast(t) for n, t in gates.items()}, {n: cast(t) for n, t in p.items()}
+    """Titans-like `memory_inputs` [B, T, H, D]: inner learning rates of Titans / Atlas are small (eta_max = 0.1;
+    large ones make the LN-normalised recurrence chaotic)."""
+    return memory_inputs(cfg, B, T, H, D, D, dtype=dtype, device=device, seed=seed, eta_max=eta_max)
 
 
 def check_mlp_memory(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, baseline=False, eta_max=0.1):

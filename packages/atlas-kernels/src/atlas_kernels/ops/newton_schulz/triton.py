@@ -183,75 +183,45 @@ def _num_warps(BM: int, BN: int) -> int:
     return 4 if BM * BN <= 64 * 64 else 8
 
 
-def ns_forward(x: torch.Tensor, steps: int, coeffs, eps: float) -> torch.Tensor:
+def _launch(x: torch.Tensor, steps: int, coeffs, eps: float):
+    """What the forward and the backward launch alike: x as a [count, m, n] batch, whether it is tall (every
+    matrix is then read through transposed strides, so that the kernels see M = min(m, n) rows), the trailing
+    runtime arguments and the compile-time ones."""
     m, n = x.shape[-2:]
-    x3 = x.reshape(-1, m, n)
-    y3 = torch.empty_like(x3, memory_format=torch.contiguous_format)
-    count = x3.shape[0]
-    if count == 0:
-        return y3.reshape(x.shape)
     tall = m > n
     M, N = (n, m) if tall else (m, n)
     BM, BN = _block(M), _block(N)
     _, acc, prec = compute_precision(x.dtype, x.device)
-    _ns_fwd_kernel[(count,)](
-        x3,
-        y3,
-        *_oriented(x3, tall),
-        *_oriented(y3, tall),
-        M,
-        N,
-        float(eps),
-        *(float(c) for c in coeffs),
-        STEPS=steps,
-        BM=BM,
-        BN=BN,
-        ACC=acc,
-        PREC=prec,
-        num_warps=_num_warps(BM, BN),
-        num_stages=1,
-    )
+    scalars = (M, N, float(eps), *(float(c) for c in coeffs))
+    meta = {"STEPS": steps, "BM": BM, "BN": BN, "ACC": acc, "PREC": prec}
+    return x.reshape(-1, m, n), tall, scalars, meta | {"num_warps": _num_warps(BM, BN), "num_stages": 1}
+
+
+def ns_forward(x: torch.Tensor, steps: int, coeffs, eps: float) -> torch.Tensor:
+    x3, tall, scalars, meta = _launch(x, steps, coeffs, eps)
+    y3 = torch.empty_like(x3, memory_format=torch.contiguous_format)
+    count = x3.shape[0]
+    if count > 0:
+        _ns_fwd_kernel[(count,)](x3, y3, *_oriented(x3, tall), *_oriented(y3, tall), *scalars, **meta)
     return y3.reshape(x.shape)
 
 
 def ns_backward(x: torch.Tensor, dy: torch.Tensor, steps: int, coeffs, eps: float) -> torch.Tensor:
-    m, n = x.shape[-2:]
-    x3 = x.reshape(-1, m, n)
-    g3 = dy.reshape(-1, m, n)
+    x3, tall, scalars, meta = _launch(x, steps, coeffs, eps)
+    g3 = dy.reshape(x3.shape)
     dx3 = torch.empty_like(x3, memory_format=torch.contiguous_format)
     count = x3.shape[0]
     if count == 0:
         return dx3.reshape(x.shape)
-    tall = m > n
-    M, N = (n, m) if tall else (m, n)
-    BM, BN = _block(M), _block(N)
-    _, acc, prec = compute_precision(x.dtype, x.device)
+    tile = meta["BM"] * meta["BN"]
     itemsize = 8 if x.dtype == torch.float64 else 4
-    scratch_bytes = count * steps * BM * BN * itemsize
-    use_scratch = steps > 0 and scratch_bytes <= scratch_limit_bytes
+    use_scratch = steps > 0 and count * steps * tile * itemsize <= scratch_limit_bytes
     ws_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    ws = torch.empty(count * steps * BM * BN if use_scratch else 1, dtype=ws_dtype, device=x.device)
+    ws = torch.empty(count * steps * tile if use_scratch else 1, dtype=ws_dtype, device=x.device)
     _ns_bwd_kernel[(count,)](
-        x3,
-        g3,
-        dx3,
-        ws,
-        *_oriented(x3, tall),
-        *_oriented(g3, tall),
-        *_oriented(dx3, tall),
-        M,
-        N,
-        float(eps),
-        *(float(c) for c in coeffs),
-        STEPS=steps,
-        BM=BM,
-        BN=BN,
-        ACC=acc,
-        PREC=prec,
-        USE_SCRATCH=use_scratch,
-        num_warps=_num_warps(BM, BN),
-        num_stages=1,
-    )
+        x3, g3, dx3, ws, *_oriented(x3, tall), *_oriented(g3, tall), *_oriented(dx3, tall), *scalars,
+        USE_SCRATCH=use_scratch, **meta,
+    )  # fmt: skip
     return dx3.reshape(x.shape)
 
 
