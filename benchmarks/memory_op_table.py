@@ -32,12 +32,46 @@ OPS: dict[str, tuple[str, dict, str]] = {
     "chunk-atlas-id": (
         "chunk",
         dict(memory="mlp", optimizer="muon", feature_map="identity", bias="l2", window=4, chunk_size=CHUNK),
-        "memory_chunk: Atlas without features: MLP, l2, muon (NS-5), identity phi, c=4, b=16",
+        "memory_chunk: Atlas without features: MLP, l2, muon (NS-5, ns_form=lowrank), identity phi, c=4, b=16",
     ),
     "chunk-atlas": (
         "chunk",
         dict(memory="mlp", optimizer="muon", feature_map="poly", poly_degree=2, bias="l2", window=4, chunk_size=CHUNK),
-        "memory_chunk: Atlas: MLP, l2, muon (NS-5), poly p=2 (D=561), c=4, b=16",
+        "memory_chunk: Atlas: MLP, l2, muon (NS-5, ns_form=lowrank), poly p=2 (D=561), c=4, b=16",
+    ),
+    "chunk-atlas-mat": (
+        "chunk",
+        dict(
+            memory="mlp",
+            optimizer="muon",
+            ns_form="materialise",
+            feature_map="poly",
+            poly_degree=2,
+            bias="l2",
+            window=4,
+            chunk_size=CHUNK,
+        ),
+        "chunk-atlas with ns_form=materialise: every token's momentum and weights formed, NS-5 on each",
+    ),
+    "chunk-atlas-id-mat": (
+        "chunk",
+        dict(memory="mlp", optimizer="muon", ns_form="materialise", bias="l2", window=4, chunk_size=CHUNK),
+        "chunk-atlas-id with ns_form=materialise",
+    ),
+    "chunk-atlas-gd": (
+        "chunk",
+        dict(memory="mlp", optimizer="gd", feature_map="poly", poly_degree=2, bias="l2", window=4, chunk_size=CHUNK),
+        "the GD twin of chunk-atlas (OmegaNet-like: same memory, features, window; no momentum, no NS)",
+    ),
+    "chunk-atlas-id-gd": (
+        "chunk",
+        dict(memory="mlp", optimizer="gd", feature_map="identity", bias="l2", window=4, chunk_size=CHUNK),
+        "the GD twin of chunk-atlas-id",
+    ),
+    "chunk-atlas-nockpt": (
+        "chunk",
+        dict(memory="mlp", optimizer="muon", feature_map="poly", poly_degree=2, bias="l2", window=4, chunk_size=CHUNK),
+        "chunk-atlas with checkpoint=False (memory_chunk_torch)",
     ),
     "chunk-atlas-id-nockpt": (
         "chunk",
@@ -81,7 +115,7 @@ OPS: dict[str, tuple[str, dict, str]] = {
     ),
 }
 # ops that call memory_chunk_torch with an explicit `checkpoint` (memory_chunk decides by itself)
-CHECKPOINT = {"chunk-atlas-id-nockpt": False, "chunk-titans-ckpt": True}
+CHECKPOINT = {"chunk-atlas-id-nockpt": False, "chunk-atlas-nockpt": False, "chunk-titans-ckpt": True}
 DEFAULT_OPS = [name for name in OPS if name != "naive-atlas" and name not in CHECKPOINT]
 
 

@@ -1,4 +1,8 @@
-"""MemoryConfig.ns_form: Muon's Newton-Schulz on the Gram matrix gives the op's values and gradients (float64)."""
+"""MemoryConfig.ns_form: every way of computing Muon's Newton-Schulz gives the op's values and gradients (float64).
+
+"gram" runs NS_k on the Gram matrix of each materialised momentum; "lowrank" (the default) never forms per-token
+momenta or weights in the chunk op (`ops/memory/muon_lowrank.py`). Both against "materialise", the textbook map.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,9 @@ from atlas_kernels.testing import random_inputs, rel_err
 
 H, D = 2, 4
 # poly features: phi(k) has C(6, 2) = 15 entries, so W2 is 16 x 15 (tall) and W1 4 x 16 (wide).
-MUON_POLY = MemoryConfig(memory="mlp", optimizer="muon", feature_map="poly", poly_degree=2, chunk_size=4)
+MUON_POLY = MemoryConfig(
+    memory="mlp", optimizer="muon", feature_map="poly", poly_degree=2, chunk_size=4, ns_form="materialise"
+)
 
 
 def _run(op, cfg, T):
@@ -44,9 +50,10 @@ OPS_AND_LENGTHS = [
 ]
 
 
+@pytest.mark.parametrize("form", ["gram", "lowrank"])
 @pytest.mark.parametrize("window", [1, 3])
 @pytest.mark.parametrize(("op", "T"), OPS_AND_LENGTHS)
-def test_gram_form_equals_materialised(op, T, window):
+def test_gram_forms_equal_materialised(op, T, window, form):
     """Outputs, final state and every input gradient agree to 1e-10 (max-abs relative).
 
     The momenta are rank-deficient (W1's through the LayerNorm backward, early tokens' by their count), and Newton-
@@ -56,7 +63,7 @@ def test_gram_form_equals_materialised(op, T, window):
     """
     base = dataclasses.replace(MUON_POLY, window=window)
     (o_ref, s_ref, g_ref) = _run(op, base, T)
-    (o, s, g) = _run(op, dataclasses.replace(base, ns_form="gram"), T)
+    (o, s, g) = _run(op, dataclasses.replace(base, ns_form=form), T)
     assert rel_err(o_ref, o) < 1e-10
     assert s_ref.keys() == s.keys()
     for name in s_ref:
@@ -69,8 +76,9 @@ def test_gram_form_equals_materialised(op, T, window):
 
 
 def test_ns_form_is_checked_and_round_trips():
-    assert MemoryConfig().ns_form == "materialise"
-    with pytest.raises(MemoryConfigError, match="ns_form: expected one of materialise, gram, got 'lowrank'"):
-        MemoryConfig(ns_form="lowrank")
-    cfg = dataclasses.replace(MUON_POLY, ns_form="gram")
-    assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
+    assert MemoryConfig().ns_form == "lowrank"
+    with pytest.raises(MemoryConfigError, match="ns_form: expected one of materialise, gram, lowrank, got 'dense'"):
+        MemoryConfig(ns_form="dense")
+    for form in ("gram", "lowrank"):
+        cfg = dataclasses.replace(MUON_POLY, ns_form=form)
+        assert MemoryConfig.from_dict(cfg.to_dict()) == cfg

@@ -1,5 +1,6 @@
-"""Sub-op dispatch of the torch chunk op: Newton-Schulz (Muon) and the poly feature map run their Triton kernels
-(`newton_schulz_auto`, `poly_features_auto`) on CUDA tensors the kernels support, the torch references elsewhere.
+"""Sub-op dispatch of the torch chunk op: Newton-Schulz (Muon with ns_form="materialise") and the poly feature map
+run their Triton kernels (`newton_schulz_auto`, `poly_features_auto`) on CUDA tensors the kernels support, the
+torch references elsewhere.
 
 On CPU the forced Triton path runs under the interpreter (conftest): float32 chunk op with every sub-op on Triton ==
 the same op on the torch references (outputs, every state tensor, every input gradient). The selection rule is
@@ -24,11 +25,17 @@ from atlas_kernels.testing import random_inputs, rel_err
 INTERPRETER = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path (the gpu test covers CUDA)")
 
 CONFIGS = {
-    "mlp-muon": MemoryConfig(memory="mlp", optimizer="muon", window=2, chunk_size=4),
-    "linear-muon": MemoryConfig(memory="linear", optimizer="muon", window=2, chunk_size=4),
+    "mlp-muon": MemoryConfig(memory="mlp", optimizer="muon", ns_form="materialise", window=2, chunk_size=4),
+    "linear-muon": MemoryConfig(memory="linear", optimizer="muon", ns_form="materialise", window=2, chunk_size=4),
     "linear-gd-poly": MemoryConfig(memory="linear", optimizer="gd", feature_map="poly", window=2, chunk_size=4),
     "mlp-muon-poly": MemoryConfig(
-        memory="mlp", optimizer="muon", feature_map="poly", memory_norm=False, window=3, chunk_size=4
+        memory="mlp",
+        optimizer="muon",
+        ns_form="materialise",
+        feature_map="poly",
+        memory_norm=False,
+        window=3,
+        chunk_size=4,
     ),
 }
 
@@ -204,7 +211,9 @@ def test_atlas_kernels_imports_and_runs_without_triton():
 def test_cuda_bf16_muon_chunk_selects_triton(spies, monkeypatch):
     """bf16 inputs (the op computes in float32: NS takes padded tiles <= 64 x 64 there): every NS and feature call
     runs Triton; the result matches the same op on the torch references by rms error ratio."""
-    cfg = MemoryConfig(memory="mlp", optimizer="muon", feature_map="poly", window=2, chunk_size=16)
+    cfg = MemoryConfig(
+        memory="mlp", optimizer="muon", ns_form="materialise", feature_map="poly", window=2, chunk_size=16
+    )
     shapes = {"B": 2, "H": 4, "D": 8, "dtype": torch.bfloat16, "device": "cuda"}  # W1 [8, 32], W2 [32, 45]
     assert ns_auto._use_triton(torch.zeros(2, 8, 32, device="cuda"), cfg.ns_steps)
     assert not ns_auto._use_triton(torch.zeros(2, 96, 96, device="cuda"), cfg.ns_steps)  # float32 tile limit

@@ -36,7 +36,7 @@ DecayTarget = Literal["zero", "init"]
 NormPlacement = Literal["inner", "readout"]
 GammaKind = Literal["token", "window"]
 ExpTemperature = Literal["learned", "fixed"]
-NsForm = Literal["materialise", "gram"]
+NsForm = Literal["materialise", "gram", "lowrank"]
 
 MEMORY_KINDS = ("linear", "mlp", "gated_mlp")
 BIAS_KINDS = ("l2", "dot")
@@ -47,7 +47,7 @@ DECAY_TARGETS = ("zero", "init")
 NORM_PLACEMENTS = ("inner", "readout")
 GAMMA_KINDS = ("token", "window")
 EXP_TEMPERATURES = ("learned", "fixed")
-NS_FORMS = ("materialise", "gram")
+NS_FORMS = ("materialise", "gram", "lowrank")
 
 # Muon's quintic Newton-Schulz coefficients (Keller Jordan); they do not converge to exactly 1,
 # singular values of the result land in roughly [0.68, 1.13] (tested band: see newton_schulz).
@@ -146,7 +146,7 @@ class MemoryConfig:
     ns_steps: int = 5
     ns_coeffs: tuple[float, float, float] = DEFAULT_NS_COEFFS
     ns_eps: float = 1e-7
-    ns_form: NsForm = "materialise"
+    ns_form: NsForm = "lowrank"
     feature_map: FeatureKind = "identity"
     poly_degree: int = 2
     exp_init_keys: int = 0

@@ -122,9 +122,18 @@ def rel_err(ref: torch.Tensor, out: torch.Tensor) -> float:
 def oracle_cases(grid, extra) -> list[tuple[MemoryConfig, int, float, float]]:
     """(cfg, T, eta_scale, tol) of the float64 chunk-op-against-oracle comparisons of one option: every config of
     `grid` at T = 7 (eta 0.5, tol 1e-11) and at T = 33 (eta 0.1, tol 1e-10: the memory LayerNorm makes long
-    recurrences at large eta chaotic, README "Numerics"), and the `extra` paths at T = 7."""
-    short, long = (7, 0.5, 1e-11), (33, 0.1, 1e-10)
-    return [(c, *short) for c in grid] + [(c, *long) for c in grid] + [(c, *short) for c in extra]
+    recurrences at large eta chaotic, README "Numerics"), and the `extra` paths at T = 7.
+
+    Muon's short cases get 1e-10 as well: its momenta are rank-deficient and Newton-Schulz lifts their null
+    directions by up to a^k, so a 1e-15 relative perturbation of every Newton-Schulz input moves the input gradients
+    by up to 5e-11 at T = 7, eta 0.5; the chunk op's factored Muon (ns_form="lowrank") rounds differently from the
+    oracle's Gram-space Newton-Schulz and lands at up to 1e-11 there (tests/test_muon_lowrank.py)."""
+
+    def short(c):
+        return 7, 0.5, 1e-10 if c.optimizer == "muon" else 1e-11
+
+    long = (33, 0.1, 1e-10)
+    return [(c, *short(c)) for c in grid] + [(c, *long) for c in grid] + [(c, *short(c)) for c in extra]
 
 
 def oracle_case_id(case) -> str:

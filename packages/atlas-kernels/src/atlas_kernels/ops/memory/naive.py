@@ -96,7 +96,7 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
                     W = {n: kept[n] - S[n] for n in W}
                 else:
                     S = {n: theta * S[n] + grads[n] for n in W}
-                    ns = newton_schulz_gram if cfg.ns_form == "gram" else newton_schulz
+                    ns = newton_schulz if cfg.ns_form == "materialise" else newton_schulz_gram
                     W = {n: kept[n] - eta * ns(S[n], cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps) for n in W}
             if halo is not None:
                 start = win_k.shape[2] - halo

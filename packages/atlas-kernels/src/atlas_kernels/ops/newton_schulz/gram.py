@@ -18,6 +18,25 @@ from atlas_kernels.config import DEFAULT_NS_COEFFS
 from atlas_kernels.ops.newton_schulz.naive import wide_normalised
 
 
+def ns_polynomial(gram: torch.Tensor, steps: int, coeffs: tuple[float, float, float]) -> torch.Tensor:
+    """P_k with NS_k(Y_0) = P_k Y_0, from the Gram matrix A_0 = Y_0 Y_0^T [..., r, r] of a normalised wide Y_0.
+
+    Also the entry point of the chunk op's low-rank Muon path (`ops/memory/muon_lowrank.py`), which builds A_0
+    without ever forming Y_0. steps = 0 gives the identity.
+    """
+    a, b, c = coeffs
+    eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
+    if steps == 0:
+        return eye.expand_as(gram)
+    poly = None
+    for step in range(steps):
+        q = a * eye + b * gram + c * (gram @ gram)
+        poly = q if poly is None else q @ poly  # P_1 = q_0: skip the product with the identity
+        if step + 1 < steps:  # the last step needs no Gram matrix
+            gram = q @ gram @ q
+    return poly
+
+
 def newton_schulz_gram(
     x: torch.Tensor,
     steps: int = 5,
@@ -34,18 +53,7 @@ def newton_schulz_gram(
     Returns:
         [..., m, n], same dtype as x.
     """
-    a, b, c = coeffs
     y, tall = wide_normalised(x, eps)
     if steps > 0:
-        eye = torch.eye(y.shape[-2], dtype=y.dtype, device=y.device)
-        gram = y @ y.mT
-        poly = None
-        for step in range(steps):
-            gram2 = gram @ gram
-            q = a * eye + b * gram + c * gram2
-            # P_1 = q_0: skip the product with the identity.
-            poly = q if poly is None else q @ poly
-            if step + 1 < steps:  # the last step needs no Gram matrix
-                gram = q @ gram @ q
-        y = poly @ y
+        y = ns_polynomial(y @ y.mT, steps, coeffs) @ y
     return y.mT if tall else y

@@ -1,0 +1,124 @@
+"""Muon in one chunk without per-token momenta or weights (MemoryConfig.ns_form = "lowrank", docs/muon.md,
+"Muon without per-token matrices").
+
+Within a chunk every momentum of a weight W [o, i] is the chunk-start momentum plus a low-rank term,
+
+    S_m = Th_m S_0 + sum_w c[m, w] e_w z_w^T        (c = LTh G, e: the gradient signal, z: the layer input),
+
+and NS_k(S_m) = P_m Y_m with Y_m = S_m / (||S_m||_F + eps) (transposed for a tall W) and P_m the r x r polynomial
+of the Gram matrix Y_m Y_m^T (`newton_schulz.gram.ns_polynomial`). That Gram matrix needs S_0 S_0^T, S_0 z_w and
+z_w . z_v once per chunk and r x r products per token, never the r x n matrix S_m. The outputs need NS_k(S_m) only
+applied to the chunk's layer inputs x_j, W_j x_j = A_j W_0 x_j - sum_{m <= j} LA[j, m] eta_m NS_k(S_m) x_j, with
+S_m x_j = Th_m S_0 x_j + sum_w c[m, w] e_w (z_w . x_j); only the chunk-end weights and momentum are formed densely.
+Same values as `chunk._muon_chunk` up to rounding; the outer backward is autograd's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from atlas_kernels.config import MemoryConfig
+from atlas_kernels.ops.memory.functional import activation, memory_norm
+from atlas_kernels.ops.newton_schulz.gram import ns_polynomial
+
+
+@dataclass
+class _Orthogonalised:
+    """NS_k(S_m) of every chunk token m of one weight, in factored form.
+
+    In the wide orientation (r = rows <= columns; a tall W is transposed): S'_m = Th_m s0 + left^T diag(c_m) right,
+    NS_k(S'_m) = scale_m P_m S'_m, and NS_k(S_m) is that (tall: its transpose).
+    """
+
+    poly: torch.Tensor  # P_m [B, H, L, r, r]
+    scale: torch.Tensor  # 1 / (||S_m||_F + eps) [B, H, L]
+    s0: torch.Tensor  # S_0 or S_0^T [B, H, r, n]
+    left: torch.Tensor  # e_w or z_w [B, H, N, r]
+    right: torch.Tensor  # z_w or e_w [B, H, N, n]
+    coef: torch.Tensor  # c[m, w] [B, H, L, N]
+    th: torch.Tensor  # Th_m [B, H, L]
+    tall: bool
+
+    def apply(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """sum_m weight[j, m] NS_k(S_m) x_j for the chunk tokens' inputs x [B, H, L, i] -> [B, H, L, o]."""
+        w = weight * self.scale.unsqueeze(-2)  # [B, H, j, m]
+        if self.tall:  # NS_k(S_m) x = scale_m S_m (P_m^T x): S_m = Th_m S_0 + sum_w c e_w z_w^T, S_0 = s0^T
+            u = x.unsqueeze(2) @ self.poly  # [B, H, m, j, i]: (P_m^T x_j)^T
+            zu = (u @ self.left.mT.unsqueeze(2)) * self.coef.unsqueeze(-2)  # c[m, w] (z_w . u)
+            su = self.th[..., None, None] * (u @ self.s0.unsqueeze(2)) + zu @ self.right.unsqueeze(2)
+        else:  # NS_k(S_m) x = scale_m P_m (Th_m S_0 x + sum_w c e_w (z_w . x))
+            lowrank = self.coef.unsqueeze(-1) * self.left.unsqueeze(2)  # [B, H, m, w, o]
+            sx = (x @ self.s0.mT).unsqueeze(2) * self.th[..., None, None]  # [B, H, m, j, o]
+            sx = sx + (x @ self.right.mT).unsqueeze(2) @ lowrank
+            su = sx @ self.poly.mT
+        return torch.einsum("bhjm,bhmjo->bhjo", w, su)
+
+    def weighted_sum(self, weight: torch.Tensor) -> torch.Tensor:
+        """sum_m weight[m] NS_k(S_m) [B, H, o, i] for weights [B, H, L] (the chunk-end update)."""
+        w = weight * self.scale
+        start = torch.einsum("bhm,bhmrs->bhrs", w * self.th, self.poly) @ self.s0
+        pe = self.poly @ self.left.mT.unsqueeze(2)  # P_m e'_w [B, H, m, r, N]
+        per_window = torch.einsum("bhmw,bhmrw->bhrw", w.unsqueeze(-1) * self.coef, pe)
+        total = start + per_window @ self.right
+        return total.mT if self.tall else total
+
+
+def _orthogonalise(S0, signal, z, coef, th, cfg: MemoryConfig) -> _Orthogonalised:
+    """Scale and Newton-Schulz polynomial of every S_m = Th_m S0 + sum_w coef[m, w] signal_w z_w^T.
+
+    S0 [B, H, o, i], signal [B, H, N, o], z [B, H, N, i], coef [B, H, L, N], th [B, H, L].
+    """
+    tall = S0.shape[-2] > S0.shape[-1]
+    s0, left, right = (S0.mT, z, signal) if tall else (S0, signal, z)
+    lowrank = coef.unsqueeze(-1) * left.unsqueeze(2)  # [B, H, m, w, r]: columns of the low-rank term
+    cross = lowrank.mT @ (right @ s0.mT).unsqueeze(2)  # sum_w c e'_w (S0' z'_w)^T [B, H, m, r, r]
+    inner = (right @ right.mT).unsqueeze(2)  # z'_w . z'_v [B, H, 1, N, N]
+    t = th[..., None, None]
+    gram = t * t * (s0 @ s0.mT).unsqueeze(2) + t * (cross + cross.mT) + lowrank.mT @ (inner @ lowrank)
+    # ||S_m||_F^2 = tr(S_m S_m^T); the clamp keeps the gradient finite at S_m = 0 (and rounding from going
+    # negative), where the norm of a matrix that small is far below eps anyway.
+    sq = torch.diagonal(gram, dim1=-2, dim2=-1).sum(-1).clamp(min=torch.finfo(gram.dtype).tiny)
+    scale = 1.0 / (sq.sqrt() + cfg.ns_eps)
+    poly = ns_polynomial(gram * (scale * scale)[..., None, None], cfg.ns_steps, cfg.ns_coeffs)
+    return _Orthogonalised(poly, scale, s0, left, right, coef, th, tall)
+
+
+def lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg: MemoryConfig, target=None):
+    """One chunk of the Muon recurrence -> (y [B, H, L, Dv], end weights, end momentum); the arguments as
+    `chunk._muon_chunk` (factors: {name: (signal [B, H, N, out], layer input [B, H, N, in])})."""
+    coef = d.LTh @ G  # c[m, w]
+    decay_eta = d.LA * eta.unsqueeze(-2)  # [j, m] -> A_j / A_m * eta_m
+    ortho = {
+        name: _orthogonalise(state.momentum[name], signal, z, coef, d.Th, cfg) for name, (signal, z) in factors.items()
+    }
+
+    def layer(name: str, x: torch.Tensor) -> torch.Tensor:
+        out = d.A.unsqueeze(-1) * (x @ state.weights[name].mT)
+        if target is not None:
+            out = out + (1.0 - d.A).unsqueeze(-1) * (x @ target[name].mT)
+        return out - ortho[name].apply(x, decay_eta)
+
+    if cfg.memory == "linear":
+        y = layer("W", fq)
+    else:
+        h = activation(layer("W2", fq), cfg)
+        if cfg.memory == "gated_mlp":
+            h = h * layer("W3", fq)
+        branch = layer("W1", h)
+        if cfg.memory_norm:
+            branch = memory_norm(branch, params, cfg)
+        y = qc + branch if cfg.residual else branch
+
+    A_L = d.A[..., -1, None, None]
+    weights, momentum = {}, {}
+    for name, (signal, z) in factors.items():
+        w0 = state.weights[name]
+        decayed = A_L * w0 if target is None else A_L * w0 + (1.0 - A_L) * target[name]
+        weights[name] = decayed - ortho[name].weighted_sum(decay_eta[..., -1, :])
+        last = coef[..., -1, :]
+        momentum[name] = d.Th[..., -1, None, None] * state.momentum[name] + torch.einsum(
+            "bhw,bhwo,bhwi->bhoi", last, signal, z
+        )
+    return y, weights, momentum
