@@ -110,6 +110,19 @@ CONF
     mv "$tmp" "$conf"
 }
 
+# Snakemake's slurm-jobstep executor drops SLURM_* variables (SLURM_CONF among them) before its `srun` inside a
+# job, so that srun would find no configuration. Without SLURM_CONF and /etc/slurm/slurm.conf, Slurm clients read
+# slurmd's configless cache /run/slurm/conf/slurm.conf: point that at DIR/slurm.conf (never over another one).
+run_conf=/run/slurm/conf/slurm.conf
+link_conf() {
+    [[ -e /etc/slurm/slurm.conf ]] && return 0  # a machine's own Slurm: jobs inside it use that
+    if [[ -L $run_conf && -e $run_conf && $(readlink "$run_conf") != "$conf" ]]; then
+        cannot "$run_conf already points at another local Slurm ($(readlink "$run_conf"))"
+    fi
+    mkdir -p "$(dirname "$run_conf")"
+    ln -sfn "$conf" "$run_conf"
+}
+
 start() {
     [[ $(id -u) == 0 ]] || cannot "needs root (slurmd starts job steps as the submitting user)"
     install_if_missing
@@ -119,6 +132,7 @@ start() {
     fi
     start_munge
     write_conf
+    link_conf
     export SLURM_CONF=$conf
     slurmctld -c -f "$conf" || cannot "slurmctld would not start; see $dir/log/slurmctld.log"
     slurmd -f "$conf" || cannot "slurmd would not start; see $dir/log/slurmd.log"
@@ -149,6 +163,9 @@ stop_pid() {
 stop() {
     stop_pid "$dir/slurmd.pid"
     stop_pid "$dir/slurmctld.pid"
+    if [[ -L $run_conf && $(readlink "$run_conf") == "$conf" ]]; then
+        rm -f "$run_conf"
+    fi
     if [[ -f $dir/munged.started-here ]]; then
         stop_pid /run/munge/munged.pid
         rm -f "$dir/munged.started-here"
