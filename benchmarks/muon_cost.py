@@ -1,4 +1,5 @@
-"""Exact multiply-add and memory counts of one Atlas memory head, per token: Muon materialised vs factored vs GD.
+"""Exact multiply-add and memory counts of one Atlas memory head, per token: Muon materialised vs factored, the
+approximate Muon with one Newton-Schulz polynomial per chunk, and the GD twin.
 
 Counts, not timings: the torch chunk op runs on the `meta` device (shapes only, no data) under
 `torch.utils.flop_counter.FlopCounterMode`, which counts every matmul / bmm / einsum of the forward and of
@@ -34,6 +35,7 @@ SHAPES = {  # name -> (d, expansion, window, chunk)
 FORMS = {
     "Muon, materialised": dict(optimizer="muon", ns_form="materialise"),
     "Muon, factored (lowrank)": dict(optimizer="muon", ns_form="lowrank"),
+    "approx.: one polynomial per chunk": dict(optimizer="muon", muon_polynomial="chunk"),
     "GD twin": dict(optimizer="gd"),
 }
 CHUNKS = 4

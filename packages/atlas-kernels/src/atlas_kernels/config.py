@@ -37,6 +37,7 @@ NormPlacement = Literal["inner", "readout"]
 GammaKind = Literal["token", "window"]
 ExpTemperature = Literal["learned", "fixed"]
 NsForm = Literal["materialise", "gram", "lowrank"]
+MuonPolynomial = Literal["token", "chunk"]
 
 MEMORY_KINDS = ("linear", "mlp", "gated_mlp")
 BIAS_KINDS = ("l2", "dot")
@@ -48,6 +49,7 @@ NORM_PLACEMENTS = ("inner", "readout")
 GAMMA_KINDS = ("token", "window")
 EXP_TEMPERATURES = ("learned", "fixed")
 NS_FORMS = ("materialise", "gram", "lowrank")
+MUON_POLYNOMIALS = ("token", "chunk")
 
 # Muon's quintic Newton-Schulz coefficients (Keller Jordan); they do not converge to exactly 1,
 # singular values of the result land in roughly [0.68, 1.13] (tested band: see newton_schulz).
@@ -83,10 +85,17 @@ class MemoryConfig:
         ns_steps: Newton-Schulz steps k of Muon (paper: 5).
         ns_coeffs: quintic Newton-Schulz coefficients (a, b, c).
         ns_eps: added to the Frobenius norm before Newton-Schulz pre-normalisation.
-        ns_form: how Muon computes NS_k(S) of an r x n momentum (r <= n after transposing), the same map either
-            way (equal up to rounding). "materialise" (default): every step on the r x n iterate (the Triton
-            sub-op where it applies). "gram": the steps on the r x r Gram matrix, the r x n matrix touched twice
-            (`newton_schulz_gram`; cheaper when r << n, docs/muon.md "Newton-Schulz in Gram space").
+        ns_form: how Muon computes NS_k(S) of an r x n momentum (r <= n after transposing), the same map every
+            way (equal up to rounding). "lowrank" (default): in the chunk op no token's momentum or weights are
+            formed; the Gram matrices come from the chunk's low-rank factors (docs/muon.md "Muon without
+            per-token matrices"). "gram": per-token momenta, the steps on the r x r Gram matrix
+            (`newton_schulz_gram`). "materialise": per-token momenta, every step on the r x n iterate (the
+            Triton sub-op where it applies).
+        muon_polynomial: "token" (default, Muon): every token's momentum gets its own Newton-Schulz polynomial.
+            "chunk": an APPROXIMATION of Muon, not the paper's optimizer: one polynomial per chunk, taken from
+            the momentum of the chunk's first token and applied to every token's normalised momentum of the chunk
+            (exact at chunk_size 1, causal; the update is linear in the momenta, so the dual form applies).
+            docs/muon.md "Approximate Muon: one polynomial per chunk".
         feature_map: phi on keys and queries, "identity" | "poly" | "exp" (the phi* kernel, dual form).
         poly_degree: degree p of the polynomial map (symmetric monomials, dimension C(d + p, p)).
         exp_init_keys: number P of learned keys that span the initial first-layer weight of the exp
@@ -147,6 +156,7 @@ class MemoryConfig:
     ns_coeffs: tuple[float, float, float] = DEFAULT_NS_COEFFS
     ns_eps: float = 1e-7
     ns_form: NsForm = "lowrank"
+    muon_polynomial: MuonPolynomial = "token"
     feature_map: FeatureKind = "identity"
     poly_degree: int = 2
     exp_init_keys: int = 0
@@ -171,6 +181,7 @@ class MemoryConfig:
         _check_choice("gamma", self.gamma, GAMMA_KINDS)
         _check_choice("exp_temperature", self.exp_temperature, EXP_TEMPERATURES)
         _check_choice("ns_form", self.ns_form, NS_FORMS)
+        _check_choice("muon_polynomial", self.muon_polynomial, MUON_POLYNOMIALS)
         _check_int("expansion", self.expansion, 1)
         _check_int("ns_steps", self.ns_steps, 0)
         _check_int("poly_degree", self.poly_degree, 1)
@@ -255,6 +266,10 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 
 # (predicate, message) pairs for combinations the op does not define.
 _INVALID = (
+    (
+        lambda c: c.muon_polynomial != "token" and c.optimizer != "muon",
+        "muon_polynomial: only Muon has a Newton-Schulz polynomial; leave it 'token' for optimizer=gd / momentum",
+    ),
     (
         lambda c: c.gamma == "window" and c.window == "global",
         "gamma: 'window' (c gates per step) needs a finite window c; window='global' has no fixed width, "

@@ -221,7 +221,7 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
         return y, MemoryState(weights={"W": W}, momentum=None, halo_k=wk[:, :, wk.shape[2] :],
                               halo_v=wv[:, :, wv.shape[2] :], halo_gamma=wg[:, :, wg.shape[2] :])  # fmt: skip
     factors, f0 = _gradient_factors(wk, fk, wv, state, params, cfg)
-    if cfg.optimizer == "muon" and cfg.ns_form == "lowrank":
+    if cfg.optimizer == "muon" and (cfg.ns_form == "lowrank" or cfg.muon_polynomial == "chunk"):
         y, weights, momentum = lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target)
     elif cfg.optimizer == "muon":
         y, weights, momentum = _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target)

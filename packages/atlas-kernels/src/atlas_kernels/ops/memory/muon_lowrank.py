@@ -90,15 +90,18 @@ def lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg: MemoryCon
     `chunk._muon_chunk` (factors: {name: (signal [B, H, N, out], layer input [B, H, N, in])})."""
     coef = d.LTh @ G  # c[m, w]
     decay_eta = d.LA * eta.unsqueeze(-2)  # [j, m] -> A_j / A_m * eta_m
-    ortho = {
-        name: _orthogonalise(state.momentum[name], signal, z, coef, d.Th, cfg) for name, (signal, z) in factors.items()
-    }
+    if cfg.muon_polynomial == "chunk":
+        update = {
+            name: _ChunkPolynomial.of(state.momentum[name], s, z, coef, d.Th, cfg) for name, (s, z) in factors.items()
+        }
+    else:
+        update = {name: _orthogonalise(state.momentum[name], s, z, coef, d.Th, cfg) for name, (s, z) in factors.items()}
 
     def layer(name: str, x: torch.Tensor) -> torch.Tensor:
         out = d.A.unsqueeze(-1) * (x @ state.weights[name].mT)
         if target is not None:
             out = out + (1.0 - d.A).unsqueeze(-1) * (x @ target[name].mT)
-        return out - ortho[name].apply(x, decay_eta)
+        return out - update[name].apply(x, decay_eta)
 
     if cfg.memory == "linear":
         y = layer("W", fq)
@@ -116,9 +119,56 @@ def lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg: MemoryCon
     for name, (signal, z) in factors.items():
         w0 = state.weights[name]
         decayed = A_L * w0 if target is None else A_L * w0 + (1.0 - A_L) * target[name]
-        weights[name] = decayed - ortho[name].weighted_sum(decay_eta[..., -1, :])
-        last = coef[..., -1, :]
+        weights[name] = decayed - update[name].weighted_sum(decay_eta[..., -1, :])
         momentum[name] = d.Th[..., -1, None, None] * state.momentum[name] + torch.einsum(
-            "bhw,bhwo,bhwi->bhoi", last, signal, z
+            "bhw,bhwo,bhwi->bhoi", coef[..., -1, :], signal, z
         )
     return y, weights, momentum
+
+
+@dataclass
+class _ChunkPolynomial:
+    """muon_polynomial="chunk": token m's update direction is scale_m P S_m (wide W; tall: scale_m S_m P^T), one
+    polynomial P per chunk from the chunk's first momentum, scale_m = 1 / (||S_m||_F + eps) per token.
+
+    Sums over tokens then collapse onto one mixed momentum, as in the momentum optimizer's dual form:
+    sum_m w[j, m] scale_m S_m = beta_j S_0 + sum_w C'[j, w] e_w z_w^T with beta = (w scale) Th, C' = (w scale) c.
+    """
+
+    poly: torch.Tensor  # P [B, H, r, r]
+    scale: torch.Tensor  # [B, H, L]
+    S0: torch.Tensor  # [B, H, o, i]
+    signal: torch.Tensor  # e_w [B, H, N, o]
+    z: torch.Tensor  # z_w [B, H, N, i]
+    coef: torch.Tensor  # c[m, w] [B, H, L, N]
+    th: torch.Tensor  # [B, H, L]
+    tall: bool
+
+    @classmethod
+    def of(cls, S0, signal, z, coef, th, cfg: MemoryConfig) -> _ChunkPolynomial:
+        first = _orthogonalise(S0, signal, z, coef[..., :1, :], th[..., :1], cfg)
+        # ||S_m||_F^2 = Th^2 ||S_0||^2 + 2 Th sum_w c_w e_w . S_0 z_w + sum_wv c_w c_v (e_w . e_v)(z_w . z_v)
+        cross = (signal * (z @ S0.mT)).sum(-1)  # e_w . S_0 z_w [B, H, N]
+        pair = (signal @ signal.mT) * (z @ z.mT)  # [B, H, N, N]
+        sq = th * th * S0.pow(2).sum((-2, -1)).unsqueeze(-1) + 2.0 * th * (coef @ cross.unsqueeze(-1)).squeeze(-1)
+        sq = (sq + ((coef @ pair) * coef).sum(-1)).clamp(min=torch.finfo(sq.dtype).tiny)  # see _orthogonalise
+        scale = 1.0 / (sq.sqrt() + cfg.ns_eps)
+        return cls(first.poly[:, :, 0], scale, S0, signal, z, coef, th, first.tall)
+
+    def _mixed(self, weight: torch.Tensor):
+        """(beta [B, H, J], C' [B, H, J, N]) of sum_m weight[j, m] scale_m S_m."""
+        w = weight * self.scale.unsqueeze(-2)
+        return (w @ self.th.unsqueeze(-1)).squeeze(-1), w @ self.coef
+
+    def apply(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """sum_m weight[j, m] scale_m P S_m x_j (tall: ... S_m P^T x_j) for x [B, H, L, i] -> [B, H, L, o]."""
+        beta, mixed = self._mixed(weight)
+        u = x @ self.poly if self.tall else x  # rows (P^T x_j)^T
+        out = beta.unsqueeze(-1) * (u @ self.S0.mT) + (mixed * (u @ self.z.mT)) @ self.signal
+        return out if self.tall else out @ self.poly.mT
+
+    def weighted_sum(self, weight: torch.Tensor) -> torch.Tensor:
+        """sum_m weight[m] scale_m P S_m (tall: ... S_m P^T) [B, H, o, i] for weights [B, H, L]."""
+        beta, mixed = self._mixed(weight.unsqueeze(-2))
+        total = beta[..., None] * self.S0 + (mixed.mT * self.signal).mT @ self.z
+        return total @ self.poly.mT if self.tall else self.poly @ total

@@ -31,6 +31,7 @@ from atlas_kernels.ops.memory.inputs import prepare_inputs
 from atlas_kernels.ops.memory.params import initial_state
 from atlas_kernels.ops.memory.state import MemoryState, halo_size, pending_inputs, resume_inputs
 from atlas_kernels.ops.newton_schulz import newton_schulz, newton_schulz_gram
+from atlas_kernels.ops.newton_schulz.gram import apply_ns_polynomial, ns_polynomial_of
 
 
 def memory_naive(q, k, v, gates, params, cfg: MemoryConfig, state: MemoryState | None = None):
@@ -69,6 +70,7 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
     qs, ks, vs, gammas = (t.split(1, dim=2) for t in (x.q, x.k, x.v, x.gamma))
     alphas, etas, thetas = (g.unbind(2) for g in (x.alpha, x.eta, x.theta))
     per_step = cfg.gamma == "window"
+    polys = {}
     with torch.enable_grad():
         for t in range(T):
             alpha = alphas[t][:, :, None, None]
@@ -96,8 +98,9 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
                     W = {n: kept[n] - S[n] for n in W}
                 else:
                     S = {n: theta * S[n] + grads[n] for n in W}
-                    ns = newton_schulz if cfg.ns_form == "materialise" else newton_schulz_gram
-                    W = {n: kept[n] - eta * ns(S[n], cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps) for n in W}
+                    if t % chunk_size == 0 and cfg.muon_polynomial == "chunk":  # the chunk's first momentum
+                        polys = {n: ns_polynomial_of(S[n], cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps) for n in W}
+                    W = {n: kept[n] - eta * _muon_direction(S[n], polys.get(n), cfg) for n in W}
             if halo is not None:
                 start = win_k.shape[2] - halo
                 win_k, win_v, win_g = win_k[:, :, start:], win_v[:, :, start:], win_g[:, :, start:]
@@ -116,6 +119,14 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
         chunk_start.explicit_exp = final.explicit_exp
         final.resume, final.pending = chunk_start, pending_inputs(x, T - T % chunk_size)
     return o[:, :, n_pending:].transpose(1, 2), final
+
+
+def _muon_direction(S: torch.Tensor, poly: torch.Tensor | None, cfg: MemoryConfig) -> torch.Tensor:
+    """NS_k(S), or with muon_polynomial="chunk" the chunk's polynomial `poly` applied to S's normalised matrix."""
+    if poly is not None:
+        return apply_ns_polynomial(S, poly, cfg.ns_eps)
+    ns = newton_schulz if cfg.ns_form == "materialise" else newton_schulz_gram
+    return ns(S, cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps)
 
 
 def _step_weights(presence: torch.Tensor, gamma_t: torch.Tensor) -> torch.Tensor:

@@ -57,3 +57,17 @@ def newton_schulz_gram(
     if steps > 0:
         y = ns_polynomial(y @ y.mT, steps, coeffs) @ y
     return y.mT if tall else y
+
+
+def ns_polynomial_of(x: torch.Tensor, steps: int, coeffs: tuple[float, float, float], eps: float) -> torch.Tensor:
+    """P_k of x (`ns_polynomial` of its normalised Gram matrix, x transposed first when tall): the polynomial that
+    `apply_ns_polynomial` applies to other matrices of x's shape (Muon with muon_polynomial="chunk")."""
+    y, _ = wide_normalised(x, eps)
+    return ns_polynomial(y @ y.mT, steps, coeffs)
+
+
+def apply_ns_polynomial(x: torch.Tensor, poly: torch.Tensor, eps: float) -> torch.Tensor:
+    """P Y_0 for x's own normalised Y_0 (transposed back when x is tall): NS_k(x) when poly = ns_polynomial_of(x)."""
+    y, tall = wide_normalised(x, eps)
+    y = poly @ y
+    return y.mT if tall else y
