@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from . import mlflow_ui
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 
@@ -113,3 +115,46 @@ def test_snakemake_report_bundles_the_html(finished):
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     html = finished / "atlas.html"
     assert html.stat().st_size > 50_000
+
+
+# where `ATLAS_UI_SCREENSHOTS=docs/img` puts the screenshots the README shows (scaled to this width)
+DOC_WIDTH = 1100
+
+
+@pytest.mark.skipif(mlflow_ui.chromium() is None, reason="no chromium on PATH (Debian: apt-get install chromium)")
+def test_the_mlflow_ui_shows_experiments_nested_cells_loss_curves_and_artifacts(finished, tmp_path):
+    from mlflow.tracking import MlflowClient
+    from PIL import Image
+
+    results = finished / "results"
+    store = f"sqlite:///{results / 'mlflow.db'}"
+    client = MlflowClient(store)
+    exps = {e.name: e.experiment_id for e in client.search_experiments()}
+    atlas_id = {r.info.run_name: r.info.run_id for r in client.search_runs([exps["pretrain"]])}["atlas"]
+    atlas = f"#/experiments/{exps['pretrain']}/runs/{atlas_id}"
+    window = exps["ablation_window"]
+    parent = json.loads((results / "runs" / "ablation_window" / "parent.json").read_text())["run_id"]
+    ml = "?workflowType=machine_learning"  # the UI's training view (its default is the GenAI one)
+    pages = {  # screenshot name: (page, text it must show)
+        "mlflow-experiments": (f"#/experiments{ml}", ["pretrain", "ablation_window", "ablation_gated_mlp", "eval_ppl"]),
+        # the parent run on top, its cells nested under it (collapsed)
+        "mlflow-ablation-runs": (f"#/experiments/{window}/runs{ml}", ["Runs", "window", "3 matching runs"]),
+        "mlflow-ablation-parent": (
+            f"#/experiments/{window}/runs/{parent}{ml}",
+            ["Child runs", "window~1", "window~2", "best_val_loss"],
+        ),
+        "mlflow-loss-curve": (f"{atlas}/model-metrics{ml}", ["Model metrics", "atlas (loss)"]),
+        "mlflow-artifacts": (f"{atlas}/artifacts/loss_curve.png{ml}", ["config.json", "loss_curve.png", "Artifacts"]),
+    }
+    docs = os.environ.get("ATLAS_UI_SCREENSHOTS")
+    with mlflow_ui.MlflowUi(store, tmp_path / "ui.log") as ui:
+        for name, (page, expected) in pages.items():
+            text, png = mlflow_ui.render(f"{ui.url}/{page}", tmp_path / f"{name}.png", expected)
+            missing = [t for t in expected if t not in text]
+            assert not missing, f"{page}: {missing} not shown; the page says: {text[:3000]}"
+            with Image.open(png) as img:
+                assert img.size == mlflow_ui.SIZE
+                # a page that rendered, not a blank or single-colour one
+                assert len(img.convert("RGB").getcolors(maxcolors=1 << 16) or range(1 << 16)) > 50, name
+                if docs:
+                    mlflow_ui.save_for_docs(img, Path(docs) / f"{name}.png", DOC_WIDTH)

@@ -186,6 +186,11 @@ def test_parent_record_is_reused_and_children_are_summarized(tmp_path):
     assert parent["metrics"]["best_val_loss"] == 2.5
     assert parent["params"]["base.preset"] == "atlas"
     assert runs["window~1"]["tags"][tracking.PARENT_TAG] == pid
+    # the MLflow UI opens the experiment in its training view (runs, metrics), not the GenAI one
+    from mlflow.tracking import MlflowClient
+
+    experiment = MlflowClient(uri).get_experiment_by_name("ablation_window")
+    assert experiment.tags[tracking.EXPERIMENT_KIND_TAG] == "custom_model_development"
 
 
 def test_read_parent_names_the_bad_record(tmp_path):

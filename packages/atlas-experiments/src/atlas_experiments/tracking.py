@@ -142,7 +142,9 @@ class MlflowTracker(Tracker):
                 location = None
                 if artifact_root is not None and uri.startswith("sqlite:"):
                     location = (Path(artifact_root).resolve() / experiment).as_uri()
-                exp_id = self.client.create_experiment(experiment, artifact_location=location)
+                exp_id = self.client.create_experiment(
+                    experiment, artifact_location=location, tags={EXPERIMENT_KIND_TAG: TRAINING_KIND}
+                )
             else:
                 exp_id = exp.experiment_id
             if run_id is not None:
@@ -342,6 +344,9 @@ def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
 
 # ---- parent runs: one per study (an ablation axis), its cells nested under it in the MLflow UI
 PARENT_TAG = "mlflow.parentRunId"
+# MLflow 3's UI opens an experiment without this tag in its GenAI (traces) view; these are training runs
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
 ROLE_TAG = "atlas.role"
 
 
