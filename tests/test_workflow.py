@@ -79,6 +79,20 @@ def test_cluster_profile_dry_runs_with_slurm_and_the_paper_config(tmp_path):
     assert _jobs(res.stdout)["train"] == 13 + 3 + 4 + 6 + 4  # models + the four ablation tables
 
 
+def test_the_one_node_workflow_profile_overrides_only_what_one_cpu_node_lacks(tmp_path):
+    # what tests/cluster/test_snakemake_slurm.py submits, planned without Slurm
+    env = {"ATLAS_SLURM_ACCOUNT": "acct", "ATLAS_SLURM_PARTITION": "atlas"}
+    local = ["--workflow-profile", "profiles/cluster-local"]
+    test_config = ["--configfile", ".test/config/config.yaml", "--replace-workflow-config"]
+    res = _snakemake("--profile", "cluster", *local, *test_config, "-n", "ablation_window", env=env, results=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout + res.stderr
+    assert "Using profiles cluster and workflow specific profile profiles/cluster-local" in out
+    trains = re.findall(r"rule train:.*?resources: ([^\n]+)", res.stdout, re.S)
+    assert len(trains) == 2 and all("gpu=0, cpus_per_task=1" in r and "slurm_partition=atlas" in r for r in trains)
+    assert "config/paper.yaml" not in out and '"steps": 2' in res.stdout  # the command line's config, not the profile's
+
+
 @pytest.mark.parametrize("axis,cells", [("window", 6), ("gated_mlp", 3), ("poly_degree", 4), ("optimizer", 4)])
 def test_each_ablation_has_its_own_target(axis, cells, tmp_path):
     res = _snakemake("-n", f"ablation_{axis}", results=tmp_path)
