@@ -7,9 +7,9 @@ import datetime
 import math
 import os
 import platform
-import re
 from typing import TYPE_CHECKING
 
+from marked_block import write_block
 from memory_op_table import OPS, B, D, H, base_op
 
 if TYPE_CHECKING:
@@ -102,15 +102,15 @@ def _machine() -> str:
 
 
 def report(cells: list[Cell], args, command: str, runtime_s: float) -> str:
-    import titans_pytorch
     import torch
 
+    # titans-pytorch is only needed by the titans-pt* cells; a run without them must still get its report
     try:
         from importlib.metadata import version
 
         tp_version = version("titans-pytorch")
-    except Exception:  # pragma: no cover
-        tp_version = getattr(titans_pytorch, "__version__", "?")
+    except Exception:
+        tp_version = "not installed"
     legend = "\n".join(
         f"- `{name}`: {OPS[base_op(name)][2]}"
         + (f"; atlas-kernels from `{args.src[name.split('@', 1)[1]]}`" if "@" in name else "")
@@ -140,16 +140,4 @@ def report(cells: list[Cell], args, command: str, runtime_s: float) -> str:
 
 
 def write_out(path: str, block: str, name: str) -> None:
-    begin, end = f"<!-- {name}:begin (written by benchmarks/memory_op.py) -->", f"<!-- {name}:end -->"
-    new = f"{begin}\n{block}\n{end}"
-    if os.path.exists(path):
-        with open(path) as f:
-            text = f.read()
-        if begin in text and end in text:
-            text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: new, text, flags=re.S)
-        else:
-            text = text.rstrip("\n") + "\n\n" + new + "\n"
-    else:
-        text = f"# Memory op CPU benchmark\n\n{new}\n"
-    with open(path, "w") as f:
-        f.write(text)
+    write_block(path, name, block, "benchmarks/memory_op.py")

@@ -68,6 +68,25 @@ OPS: dict[str, tuple[str, dict, str]] = {
         dict(memory="mlp", optimizer="gd", feature_map="identity", bias="l2", window=4, chunk_size=CHUNK),
         "the GD twin of chunk-atlas-id",
     ),
+    "chunk-atlas-approx": (
+        "chunk",
+        dict(
+            memory="mlp",
+            optimizer="muon",
+            muon_polynomial="chunk",
+            feature_map="poly",
+            poly_degree=2,
+            bias="l2",
+            window=4,
+            chunk_size=CHUNK,
+        ),
+        "chunk-atlas with the approximate Muon (muon_polynomial=chunk: one NS polynomial per chunk)",
+    ),
+    "chunk-atlas-id-approx": (
+        "chunk",
+        dict(memory="mlp", optimizer="muon", muon_polynomial="chunk", bias="l2", window=4, chunk_size=CHUNK),
+        "chunk-atlas-id with the approximate Muon (muon_polynomial=chunk)",
+    ),
     "chunk-atlas-nockpt": (
         "chunk",
         dict(memory="mlp", optimizer="muon", feature_map="poly", poly_degree=2, bias="l2", window=4, chunk_size=CHUNK),

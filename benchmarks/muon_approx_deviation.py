@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 
 import torch
+from marked_block import write_block
 
 from atlas_kernels import MemoryConfig, init_memory_params, memory_chunk
 from atlas_kernels.testing import random_inputs
@@ -72,17 +72,8 @@ def main(argv=None) -> None:
     body = table()
     print(body)
     if args.out:
-        begin, end = "<!-- deviation:begin -->", "<!-- deviation:end -->"
-        text = f"{begin}\n{end}\n"
-        if os.path.exists(args.out):
-            with open(args.out) as f:
-                text = f.read()
-        head, rest = text.split(begin, 1)
-        tail = rest.split(end, 1)[1]
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(f"{head}{begin}\n`python {' '.join(sys.argv)}` (torch {torch.__version__})\n\n{body}\n{end}{tail}")
-        os.replace(tmp, args.out)
+        cmd = f"`python {' '.join(sys.argv)}` (torch {torch.__version__})"
+        write_block(args.out, "deviation", f"{cmd}\n\n{body}", "benchmarks/muon_approx_deviation.py")
 
 
 if __name__ == "__main__":

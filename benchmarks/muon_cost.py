@@ -17,10 +17,10 @@ use 64-dim memory heads, so their per-head counts are equal; 340M has 16 heads x
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import torch
+from marked_block import write_block
 from torch.utils.flop_counter import FlopCounterMode
 
 from atlas_kernels import MemoryConfig, init_memory_params
@@ -113,18 +113,8 @@ def main(argv=None) -> None:
     body = table()
     print(body)
     if args.out:
-        begin, end = "<!-- muon-cost:begin -->", "<!-- muon-cost:end -->"
-        text = f"{begin}\n{end}\n"
-        if os.path.exists(args.out):
-            with open(args.out) as f:
-                text = f.read()
-        head, rest = text.split(begin, 1)
-        tail = rest.split(end, 1)[1]
-        cmd = "python " + " ".join(sys.argv)
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(f"{head}{begin}\n`{cmd}` (torch {torch.__version__})\n\n{body}\n{end}{tail}")
-        os.replace(tmp, args.out)
+        cmd = f"`python {' '.join(sys.argv)}` (torch {torch.__version__})"
+        write_block(args.out, "muon-cost", f"{cmd}\n\n{body}", "benchmarks/muon_cost.py")
 
 
 if __name__ == "__main__":
