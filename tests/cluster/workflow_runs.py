@@ -35,9 +35,11 @@ def work_dir(where: Path, windows: list[int], **train_defaults) -> Path:
     return where
 
 
-def env(slurm_conf: Path | None) -> dict[str, str]:
-    # never the user's tracking server or credentials: each run tracks into SQLite under its own results/
+def env(slurm_conf: Path | None, tracking: dict[str, str] | None = None) -> dict[str, str]:
+    """The run's environment. Never the user's tracking server or credentials: without `tracking` the run tracks
+    into SQLite under its own results/; `tracking` gives the MLFLOW_TRACKING_* variables of a test server."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")} | {"OMP_NUM_THREADS": "1"}
+    env |= {k: v for k, v in (tracking or {}).items() if k.startswith("MLFLOW_TRACKING_")}
     if slurm_conf is not None:
         env |= {"SLURM_CONF": str(slurm_conf), "ATLAS_SLURM_ACCOUNT": "atlas", "ATLAS_SLURM_PARTITION": "atlas"}
     return env
@@ -49,12 +51,15 @@ def command(work: Path, *targets: str, cluster: bool) -> list[str]:
     return [*SNAKEMAKE, *(CLUSTER if cluster else ["--cores", "2"]), *config, "--directory", str(work), *targets]
 
 
-def start(work: Path, *targets: str, slurm_conf: Path | None) -> subprocess.Popen:
-    """Snakemake on `targets` in `work`, through Slurm when `slurm_conf` is given; its output in work/snakemake.out."""
+def start(
+    work: Path, *targets: str, slurm_conf: Path | None, tracking: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """Snakemake on `targets` in `work`, through Slurm when `slurm_conf` is given, tracking to the server that
+    `tracking` names (see `env`); its output in work/snakemake.out."""
     out = open(work / "snakemake.out", "w")  # noqa: SIM115  (the child writes it; closed with the process)
     return subprocess.Popen(
         command(work, *targets, cluster=slurm_conf is not None),
-        cwd=ROOT, env=env(slurm_conf), stdout=out, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT, env=env(slurm_conf, tracking), stdout=out, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 
 

@@ -43,16 +43,8 @@ def newton_schulz_gram(
     coeffs: tuple[float, float, float] = DEFAULT_NS_COEFFS,
     eps: float = 1e-7,
 ) -> torch.Tensor:
-    """`newton_schulz` (same arguments, same result up to rounding), iterating on the Gram matrix.
-
-    Args:
-        x: [..., m, n] matrices (any leading batch dims).
-        steps: k, the number of iterations (0 returns the normalised input).
-        coeffs: (a, b, c) of X <- a X + (b A + c A A) X.
-        eps: added to the Frobenius norm in the pre-normalisation (keeps a zero matrix at zero).
-    Returns:
-        [..., m, n], same dtype as x.
-    """
+    """`newton_schulz` (same arguments, shapes and dtype; the same result up to rounding), iterating on the Gram
+    matrix."""
     y, tall = wide_normalised(x, eps)
     if steps > 0:
         y = ns_polynomial(y @ y.mT, steps, coeffs) @ y
