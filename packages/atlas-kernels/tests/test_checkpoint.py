@@ -13,7 +13,7 @@ import torch
 
 from atlas_kernels import init_memory_params
 from atlas_kernels.ops.memory.chunk import memory_chunk_torch
-from atlas_kernels.testing import config_id, random_inputs, rel_err, valid_configs
+from atlas_kernels.testing import config_id, random_inputs, random_loss_grads, result_errors, valid_configs
 
 H, D = 2, 4
 EXP = dict(exp_init_keys=2, exp_taylor_degree=14)
@@ -45,28 +45,12 @@ def _run(cfg, T, checkpoint, B=2, state_fn=None):
         state, extra = state_fn(p)
         inputs.update(extra)
     o, s = memory_chunk_torch(q, k, v, gates, p, cfg, state, checkpoint=checkpoint)
-    gen = torch.Generator().manual_seed(7)
-    loss = (o * torch.randn(o.shape, dtype=o.dtype, generator=gen)).sum()
-    final = s.tensors()
-    for t in final.values():
-        if t.requires_grad:
-            loss = loss + (t * torch.randn(t.shape, dtype=t.dtype, generator=gen)).sum()
-    grads = torch.autograd.grad(loss, list(inputs.values()), allow_unused=True)
-    return o.detach(), {n: t.detach() for n, t in final.items()}, dict(zip(inputs, grads))
+    return random_loss_grads(o, s, inputs)
 
 
 def _assert_same(ref, out, tol=1e-12):
-    (o_ref, s_ref, g_ref), (o, s, g) = ref, out
-    assert rel_err(o_ref, o) < tol
-    assert s_ref.keys() == s.keys()
-    for name in s_ref:
-        assert rel_err(s_ref[name], s[name]) < tol, name
-    for name in g_ref:
-        if g_ref[name] is None:
-            assert g[name] is None or g[name].abs().max() == 0, name
-            continue
-        assert g[name] is not None, name
-        assert rel_err(g_ref[name], g[name]) < tol, name
+    bad = {name: e for name, e in result_errors(ref, out).items() if not e < tol}
+    assert not bad, bad
 
 
 @pytest.mark.parametrize("T", [7, 33])

@@ -13,7 +13,7 @@ import torch
 
 from atlas_kernels import MemoryConfig, init_memory_params, memory_chunk, memory_naive
 from atlas_kernels.config import MemoryConfigError
-from atlas_kernels.testing import random_inputs, rel_err
+from atlas_kernels.testing import random_inputs, random_loss_grads, result_errors
 
 H, D = 2, 4
 # poly features: phi(k) has C(6, 2) = 15 entries, so W2 is 16 x 15 (tall) and W1 4 x 16 (wide).
@@ -31,14 +31,7 @@ def _run(op, cfg, T):
     }
     inputs = {"q": q, "k": k, "v": v, **{f"gate.{n}": t for n, t in gates.items()}, **params}
     o, state = op(q, k, v, gates, params, cfg)
-    gen = torch.Generator().manual_seed(7)
-    loss = (o * torch.randn(o.shape, dtype=o.dtype, generator=gen)).sum()
-    final = state.tensors()
-    for t in final.values():
-        if t.requires_grad:
-            loss = loss + (t * torch.randn(t.shape, dtype=t.dtype, generator=gen)).sum()
-    grads = torch.autograd.grad(loss, list(inputs.values()), allow_unused=True)
-    return o.detach(), {n: t.detach() for n, t in final.items()}, dict(zip(inputs, grads))
+    return random_loss_grads(o, state, inputs)
 
 
 # The token oracle at T = 33 repeats T = 7's path 33 times (slow); the chunk op's T = 33 crosses chunk edges.
@@ -62,17 +55,9 @@ def test_gram_forms_equal_materialised(op, T, window, form):
     differs by up to 2.3e-11; at eta_scale 0.3 (3e-11 and 1.1e-10) the bound would measure that, not the form.
     """
     base = dataclasses.replace(MUON_POLY, window=window)
-    (o_ref, s_ref, g_ref) = _run(op, base, T)
-    (o, s, g) = _run(op, dataclasses.replace(base, ns_form=form), T)
-    assert rel_err(o_ref, o) < 1e-10
-    assert s_ref.keys() == s.keys()
-    for name in s_ref:
-        assert rel_err(s_ref[name], s[name]) < 1e-10, name
-    for name, ref in g_ref.items():
-        if ref is None:
-            assert g[name] is None or g[name].abs().max() == 0, name
-        else:
-            assert rel_err(ref, g[name]) < 1e-10, name
+    errs = result_errors(_run(op, base, T), _run(op, dataclasses.replace(base, ns_form=form), T))
+    bad = {name: e for name, e in errs.items() if not e < 1e-10}
+    assert not bad, bad
 
 
 def test_ns_form_is_checked_and_round_trips():

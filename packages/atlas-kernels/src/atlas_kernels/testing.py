@@ -119,6 +119,42 @@ def rel_err(ref: torch.Tensor, out: torch.Tensor) -> float:
     return diff / scale if scale > 0 else diff
 
 
+def random_loss_grads(o: torch.Tensor, state, inputs: dict[str, torch.Tensor], seed: int = 7):
+    """(o, {state tensor: value}, {input: gradient or None}), all detached, of the loss <o, R_o> + sum_t <t, R_t>
+    over the outputs and every final state tensor that requires grad (`MemoryState.tensors()` order). The R are
+    standard normal draws of `seed` made in float64 whatever the dtype, so that runs in different precisions take
+    the gradient of the same loss (torch draws other numbers in float32 than in float64 from one seed)."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def weight(t: torch.Tensor) -> torch.Tensor:
+        return torch.randn(t.shape, dtype=torch.float64, generator=gen).to(t.device, t.dtype)
+
+    loss = (o * weight(o)).sum()
+    final = state.tensors()
+    for t in final.values():
+        if t.requires_grad:
+            loss = loss + (t * weight(t)).sum()
+    grads = torch.autograd.grad(loss, list(inputs.values()), allow_unused=True)
+    return o.detach(), {n: t.detach() for n, t in final.items()}, dict(zip(inputs, grads))
+
+
+def result_errors(ref, out) -> dict[str, float]:
+    """`rel_err` (in float64) of "o", of every state tensor ("state.<name>") and of every input gradient
+    ("grad.<name>") between two `random_loss_grads` results: the same state tensors, a gradient wherever `ref` has
+    one, and where `ref` has none, none or a zero one in `out`."""
+    (o_ref, s_ref, g_ref), (o, s, g) = ref, out
+    assert s_ref.keys() == s.keys(), (sorted(s_ref), sorted(s))
+    errs = {"o": rel_err(o_ref.double(), o.double())}
+    errs.update({f"state.{n}": rel_err(s_ref[n].double(), s[n].double()) for n in s_ref})
+    for name, gr in g_ref.items():
+        if gr is None:
+            assert g[name] is None or g[name].abs().max() == 0, name
+            continue
+        assert g[name] is not None, name
+        errs[f"grad.{name}"] = rel_err(gr.double(), g[name].double())
+    return errs
+
+
 def oracle_cases(grid, extra) -> list[tuple[MemoryConfig, int, float, float]]:
     """(cfg, T, eta_scale, tol) of the float64 chunk-op-against-oracle comparisons of one option: every config of
     `grid` at T = 7 (eta 0.5, tol 1e-11) and at T = 33 (eta 0.1, tol 1e-10: the memory LayerNorm makes long

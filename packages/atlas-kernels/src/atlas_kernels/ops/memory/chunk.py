@@ -27,6 +27,7 @@ from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.features import poly_kernel
 from atlas_kernels.ops.memory.coefficients import (
     chunk_decays,
+    decayed,
     momentum_end_coefficients,
     update_coefficients,
     window_gates,
@@ -254,13 +255,6 @@ def _decay_target(params, cfg: MemoryConfig) -> dict[str, torch.Tensor] | None:
     return {n: params[n] for n in cfg.weight_names if n not in skip}
 
 
-def _decayed(A: torch.Tensor, w: torch.Tensor, name: str, target) -> torch.Tensor:
-    """A W_0 (+ (1 - A) W_init toward a decay target); A broadcasts against the weights w."""
-    if target is None or name not in target:
-        return A * w
-    return A * w + (1.0 - A) * target[name]
-
-
 def _dual_layer(name, x_raw, feats, kmat, C, d, factors, state, params, cfg, target=None):
     """W_j x_j = A_j W_0 x_j - P_j S_0 x_j - sum_w C[j, w] e_w (z_w . x_j) for every chunk token j
     (+ (1 - A_j) W_init x_j with a decay target)."""
@@ -298,8 +292,9 @@ def _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg, target=None)
         if z is None:
             weights[name] = _dual_end_coefficients(state, name, signal, last, A_L)
             continue
-        decayed = _decayed(A_L, state.weights[name], name, target)
-        weights[name] = decayed - torch.einsum("bhw,bhwo,bhwi->bhoi", last, signal, z)
+        weights[name] = decayed(A_L, state.weights[name], name, target) - torch.einsum(
+            "bhw,bhwo,bhwi->bhoi", last, signal, z
+        )
         if momentum is not None:
             weights[name] = weights[name] - P_L * state.momentum[name]
             momentum[name] = Th_L * state.momentum[name] + torch.einsum("bhw,bhwo,bhwi->bhoi", r, signal, z)
@@ -360,5 +355,5 @@ def _decay_first_chunk(qc, wk, fk, fq, wv, f0, d, eta, G, state, params, cfg, ta
         y = y + (1.0 - d.A).unsqueeze(-1) * (fq @ target["W"].mT)
     y = y - (C1 * kern) @ f0 + (C2 * kern) @ wv
     signal_last = C1[..., -1, :, None] * f0 - C2[..., -1, :, None] * wv
-    W = _decayed(d.A[..., -1, None, None], state.weights["W"], "W", target) - signal_last.mT @ fk
+    W = decayed(d.A[..., -1, None, None], state.weights["W"], "W", target) - signal_last.mT @ fk
     return y, {"W": W}

@@ -89,3 +89,10 @@ def momentum_end_coefficients(d: ChunkDecays, eta: torch.Tensor, G: torch.Tensor
     """r[w]: S_L = Th_L S_0 + sum_w r_w u_w for the momentum optimizer -> [B, H, halo + L]."""
     last = d.LTh[..., -1, :]  # Th_L / Th_n
     return ((last * eta).unsqueeze(-2) @ G).squeeze(-2)
+
+
+def decayed(A: torch.Tensor, w: torch.Tensor, name: str, target) -> torch.Tensor:
+    """A W_0 (+ (1 - A) W_init toward a decay target); A broadcasts against the weights w."""
+    if target is None or name not in target:
+        return A * w
+    return A * w + (1.0 - A) * target[name]

@@ -94,13 +94,21 @@ def memory_forward(
 ) -> torch.Tensor:
     """f(x; W) -> [B, H, N, Dv]: the read-out, or with `inner` the memory the inner objective sees (the two
     differ under norm_placement="readout", where the LayerNorm acts on the read-out only)."""
+    norm = cfg.inner_norm if inner else cfg.memory_norm
+    return compose_memory(lambda name, inp: _apply(weights[name], inp), x, feats, params, cfg, norm=norm)
+
+
+def compose_memory(layer, x: torch.Tensor, feats: torch.Tensor, params, cfg: MemoryConfig, *, norm: bool):
+    """The memory's architecture around its weight layers: `layer(name, input)` gives W input for each weight
+    (explicit weights in `memory_forward`, the chunk's factored Muon update in `muon_lowrank`); `norm` applies the
+    memory LayerNorm to the branch."""
     if cfg.memory == "linear":
-        return _apply(weights["W"], feats)
-    h = activation(_apply(weights["W2"], feats), cfg)
+        return layer("W", feats)
+    h = activation(layer("W2", feats), cfg)
     if cfg.memory == "gated_mlp":
-        h = h * _apply(weights["W3"], feats)
-    branch = _apply(weights["W1"], h)
-    if cfg.inner_norm if inner else cfg.memory_norm:
+        h = h * layer("W3", feats)
+    branch = layer("W1", h)
+    if norm:
         branch = memory_norm(branch, params, cfg)
     return x + branch if cfg.residual else branch
 

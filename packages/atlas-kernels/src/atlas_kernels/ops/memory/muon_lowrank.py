@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from atlas_kernels.config import MemoryConfig
-from atlas_kernels.ops.memory.functional import activation, memory_norm
+from atlas_kernels.ops.memory.coefficients import decayed
+from atlas_kernels.ops.memory.functional import compose_memory
 from atlas_kernels.ops.newton_schulz.gram import ns_polynomial
 
 
@@ -103,23 +104,12 @@ def lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg: MemoryCon
             out = out + (1.0 - d.A).unsqueeze(-1) * (x @ target[name].mT)
         return out - update[name].apply(x, decay_eta)
 
-    if cfg.memory == "linear":
-        y = layer("W", fq)
-    else:
-        h = activation(layer("W2", fq), cfg)
-        if cfg.memory == "gated_mlp":
-            h = h * layer("W3", fq)
-        branch = layer("W1", h)
-        if cfg.memory_norm:
-            branch = memory_norm(branch, params, cfg)
-        y = qc + branch if cfg.residual else branch
-
+    y = compose_memory(layer, qc, fq, params, cfg, norm=cfg.memory_norm)
     A_L = d.A[..., -1, None, None]
     weights, momentum = {}, {}
     for name, (signal, z) in factors.items():
-        w0 = state.weights[name]
-        decayed = A_L * w0 if target is None else A_L * w0 + (1.0 - A_L) * target[name]
-        weights[name] = decayed - update[name].weighted_sum(decay_eta[..., -1, :])
+        end = decayed(A_L, state.weights[name], name, target)
+        weights[name] = end - update[name].weighted_sum(decay_eta[..., -1, :])
         momentum[name] = d.Th[..., -1, None, None] * state.momentum[name] + torch.einsum(
             "bhw,bhwo,bhwi->bhoi", coef[..., -1, :], signal, z
         )
