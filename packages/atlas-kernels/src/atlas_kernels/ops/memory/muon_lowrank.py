@@ -91,25 +91,27 @@ def lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg: MemoryCon
     `chunk._muon_chunk` (factors: {name: (signal [B, H, N, out], layer input [B, H, N, in])})."""
     coef = d.LTh @ G  # c[m, w]
     decay_eta = d.LA * eta.unsqueeze(-2)  # [j, m] -> A_j / A_m * eta_m
-    if cfg.muon_polynomial == "chunk":
-        update = {
-            name: _ChunkPolynomial.of(state.momentum[name], s, z, coef, d.Th, cfg) for name, (s, z) in factors.items()
-        }
-    else:
-        update = {name: _orthogonalise(state.momentum[name], s, z, coef, d.Th, cfg) for name, (s, z) in factors.items()}
+    dtype = coef.dtype
+    acc = torch.float64 if cfg.muon_float64 else dtype  # docs/muon.md, "Precision of the factored path"
+    th, coef_acc, decay_acc = d.Th.to(acc), coef.to(acc), decay_eta.to(acc)
+    build = _ChunkPolynomial.of if cfg.muon_polynomial == "chunk" else _orthogonalise
+    update = {
+        name: build(state.momentum[name].to(acc), s.to(acc), z.to(acc), coef_acc, th, cfg)
+        for name, (s, z) in factors.items()
+    }
 
     def layer(name: str, x: torch.Tensor) -> torch.Tensor:
         out = d.A.unsqueeze(-1) * (x @ state.weights[name].mT)
         if target is not None:
             out = out + (1.0 - d.A).unsqueeze(-1) * (x @ target[name].mT)
-        return out - update[name].apply(x, decay_eta)
+        return out - update[name].apply(x.to(acc), decay_acc).to(dtype)
 
     y = compose_memory(layer, qc, fq, params, cfg, norm=cfg.memory_norm)
     A_L = d.A[..., -1, None, None]
     weights, momentum = {}, {}
     for name, (signal, z) in factors.items():
         end = decayed(A_L, state.weights[name], name, target)
-        weights[name] = end - update[name].weighted_sum(decay_eta[..., -1, :])
+        weights[name] = end - update[name].weighted_sum(decay_acc[..., -1, :]).to(dtype)
         momentum[name] = d.Th[..., -1, None, None] * state.momentum[name] + torch.einsum(
             "bhw,bhwo,bhwi->bhoi", coef[..., -1, :], signal, z
         )
