@@ -68,6 +68,8 @@ def correctness(budget: Budget, quick: bool, only: str = "all") -> list[str]:
     from atlas_kernels.ops.memory.triton_checks import check_linear_memory, check_newton_schulz, check_poly_features
     from atlas_kernels.ops.memory.triton_mlp_checks import check_mlp_memory
 
+    if only == "atlas":  # no Triton kernel in these rows; the CPU tests check the torch paths in float64
+        return ["## Correctness", "", "Not run with `--only atlas` (torch chunk op only; test_muon_lowrank.py).", ""]
     lines = ["## Correctness (bf16 inputs vs fp32 torch reference, max error ratio over all tensors)", ""]
     lines += ["| check | shape | max err ratio | worst tensor | tol | result |", "|---|---|---|---|---|---|"]
     jobs = []
@@ -172,7 +174,9 @@ def timing(budget: Budget, peak: float, quick: bool, only: str = "all") -> list[
                 ("torch chunk op", "gated mlp momentum c=4", gated_mlp, atlas_factory,
                  ("torch", B, T, H, D, gated_mlp)),
             ]  # fmt: skip
-            runs = {"all": runs + mlp_runs, "linear": runs, "mlp": mlp_runs}[only]
+            atlas_runs = [("torch chunk op", name, cfg, atlas_factory, ("torch", B, T, H, D, cfg))
+                          for name, cfg in cases.ATLAS_CONFIGS.items()]  # fmt: skip
+            runs = {"all": runs + mlp_runs + atlas_runs, "linear": runs, "mlp": mlp_runs, "atlas": atlas_runs}[only]
             for impl, cname, cfg, factory, factory_args in runs:
                 row = f"| {model} | {T} | {B} | {impl} | {cname} |"
                 if not budget.ok(20):
@@ -186,6 +190,10 @@ def timing(budget: Budget, peak: float, quick: bool, only: str = "all") -> list[
                     step, forward, leaves = made
                     fwd = bench_ms(forward, rep_ms=100)
                     full = bench_ms(step, grad_to_none=leaves)
+                    if cfg.feature_map != "identity":  # no FLOP model for features or Newton-Schulz: time only
+                        lines.append(row + f" {fwd:.2f} | {full:.2f} | {B * T / (full * 1e-3):,.0f} | - | - |")
+                        print(lines[-1], flush=True)
+                        continue
                     if cfg.memory in ("mlp", "gated_mlp"):
                         flops = mlp_memory_flops(B, T, H, D, cfg.expansion * D, cases.CHUNK, cfg.window,
                                                  cfg.uses_momentum, cfg.memory == "gated_mlp")  # fmt: skip
@@ -213,7 +221,12 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=270.0, help="seconds for the whole script")
     parser.add_argument("--quick", action="store_true", help="one shape only")
     parser.add_argument("--skip-checks", action="store_true", help="timing only")
-    parser.add_argument("--only", choices=("all", "linear", "mlp"), default="all", help="which memory kernels")
+    parser.add_argument(
+        "--only",
+        choices=("all", "linear", "mlp", "atlas"),
+        default="all",
+        help="which memory kernels (atlas: the torch chunk op's Muon paths beside the GD twin, timing only)",
+    )
     parser.add_argument("--smoke", action="store_true", help="CPU plumbing check (Triton interpreter, tiny shapes)")
     args = parser.parse_args()
     if args.smoke:

@@ -5,6 +5,7 @@ check; the benchmark reads them as attributes of this module, so it sees the shr
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import os
@@ -49,6 +50,17 @@ MLP_CONFIGS = {
     "mlp omega gd c=4": MemoryConfig(memory="mlp", optimizer="gd", window=4, chunk_size=CHUNK),
     # the gated-MLP memory of the paper's ablation (x + LN(W1 (gelu(W2 x) * W3 x))), momentum, c = 4
     "gated mlp momentum c=4": MemoryConfig(memory="gated_mlp", optimizer="momentum", window=4, chunk_size=CHUNK),
+}
+# Atlas's memory (MLP, degree-2 features, Muon, c = 4) in the torch chunk op beside its GD twin (same op with gd):
+# how far the factored Muon path (docs/muon.md) brings the paper's model toward OmegaNet's price on a GPU
+ATLAS_CHUNK = 16
+_ATLAS = MemoryConfig(memory="mlp", optimizer="muon", feature_map="poly", window=4, chunk_size=ATLAS_CHUNK)
+ATLAS_CONFIGS = {
+    "atlas muon, factored (float64 update)": _ATLAS,
+    "atlas muon, factored (float32 update)": dataclasses.replace(_ATLAS, muon_float64=False),
+    "atlas muon, materialised": dataclasses.replace(_ATLAS, ns_form="materialise"),
+    "atlas approx. muon (one polynomial per chunk)": dataclasses.replace(_ATLAS, muon_polynomial="chunk"),
+    "atlas gd twin": dataclasses.replace(_ATLAS, optimizer="gd"),
 }
 # the 760M shape (Dk = 96 -> 128-wide tiles) is checked by tests/test_triton_gpu.py; here it would cost compile time
 CHECK_SHAPES = {"340M T=2048 B=2": (2, 2048, 16, 64)}
