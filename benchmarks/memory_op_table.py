@@ -32,12 +32,12 @@ OPS: dict[str, tuple[str, dict, str]] = {
     "chunk-atlas-id": (
         "chunk",
         dict(memory="mlp", optimizer="muon", feature_map="identity", bias="l2", window=4, chunk_size=CHUNK),
-        "memory_chunk: Atlas without features: MLP, l2, muon (NS-5, ns_form=lowrank), identity phi, c=4, b=16",
+        "memory_chunk: Atlas without features: MLP, l2, muon (NS-5, lowrank, float64 update), identity phi, c=4, b=16",
     ),
     "chunk-atlas": (
         "chunk",
         dict(memory="mlp", optimizer="muon", feature_map="poly", poly_degree=2, bias="l2", window=4, chunk_size=CHUNK),
-        "memory_chunk: Atlas: MLP, l2, muon (NS-5, ns_form=lowrank), poly p=2 (D=561), c=4, b=16",
+        "memory_chunk: Atlas: MLP, l2, muon (NS-5, ns_form=lowrank, float64 update), poly p=2 (D=561), c=4, b=16",
     ),
     "chunk-atlas-mat": (
         "chunk",
@@ -52,6 +52,25 @@ OPS: dict[str, tuple[str, dict, str]] = {
             chunk_size=CHUNK,
         ),
         "chunk-atlas with ns_form=materialise: every token's momentum and weights formed, NS-5 on each",
+    ),
+    "chunk-atlas-f32": (
+        "chunk",
+        dict(
+            memory="mlp",
+            optimizer="muon",
+            muon_float64=False,
+            feature_map="poly",
+            poly_degree=2,
+            bias="l2",
+            window=4,
+            chunk_size=CHUNK,
+        ),
+        "chunk-atlas with muon_float64=False: the factored Muon update in float32 (faster, less precise)",
+    ),
+    "chunk-atlas-id-f32": (
+        "chunk",
+        dict(memory="mlp", optimizer="muon", muon_float64=False, bias="l2", window=4, chunk_size=CHUNK),
+        "chunk-atlas-id with muon_float64=False",
     ),
     "chunk-atlas-id-mat": (
         "chunk",
