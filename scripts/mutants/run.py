@@ -154,6 +154,15 @@ MODULES: dict[str, Module] = {
         ),
         f"{KERN}/tests",
     ),
+    "muon-lowrank": Module(
+        f"{KERN}/src/atlas_kernels/ops/memory/muon_lowrank.py",
+        (
+            # factored vs materialised Muon in float64 over the memory x features x bias x window grid first
+            f"{KERN}/tests/test_muon_lowrank.py",
+            f"{KERN}/tests/test_muon_chunk_polynomial.py",
+        ),
+        f"{KERN}/tests",
+    ),
 }
 
 _LOGGERS = {"log", "logger", "logging", "warnings"}
