@@ -6,7 +6,7 @@ tracks it."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,20 +53,17 @@ def run_niah_protocol(
     )
     essay = niah.Haystack.from_texts(texts, tok) if texts else None
 
-    t0 = time.perf_counter()
-    samples = []
-    for spec in specs:
-        samples += niah.generate_niah(
-            spec,
-            tok,
-            lengths=lengths,
-            depths=depths,
-            samples_per_cell=samples_per_cell,
-            seed=seed,
-            haystack=essay,
-            tokens_to_generate=max_new_tokens,
-        )
-    gen_seconds = time.perf_counter() - t0
+    samples, gen_seconds = _generate_all(
+        niah.generate_niah,
+        specs,
+        tok,
+        lengths=lengths,
+        depths=depths,
+        samples_per_cell=samples_per_cell,
+        seed=seed,
+        haystack=essay,
+        tokens_to_generate=max_new_tokens,
+    )
 
     deviations = scale_deviations(loaded)
     if essay is not None:
@@ -158,20 +155,17 @@ def run_babilong_protocol(
         background = niah.Haystack.from_texts(texts, tok)
     ttg = max_new_tokens or 8
 
-    t0 = time.perf_counter()
-    samples = []
-    for task in tasks:
-        samples += babilong.generate_babilong(
-            task,
-            tok,
-            lengths=lengths,
-            samples=samples_per_length,
-            seed=seed,
-            haystack=background,
-            n_facts=n_facts,
-            tokens_to_generate=ttg,
-        )
-    gen_seconds = time.perf_counter() - t0
+    samples, gen_seconds = _generate_all(
+        babilong.generate_babilong,
+        tasks,
+        tok,
+        lengths=lengths,
+        samples=samples_per_length,
+        seed=seed,
+        haystack=background,
+        n_facts=n_facts,
+        tokens_to_generate=ttg,
+    )
 
     deviations = scale_deviations(loaded)
     deviations += [
@@ -224,6 +218,15 @@ def run_babilong_protocol(
 
 
 # ---------------------------------------------------------------------------------------------------- shared
+
+
+def _generate_all(generate: Callable[..., list], items: Sequence, tok, **kwargs) -> tuple[list, float]:
+    """The samples `generate(item, tok, **kwargs)` makes for every item, in order, and the seconds they took."""
+    t0 = time.perf_counter()
+    samples = []
+    for item in items:
+        samples += generate(item, tok, **kwargs)
+    return samples, time.perf_counter() - t0
 
 
 def _score_and_report(

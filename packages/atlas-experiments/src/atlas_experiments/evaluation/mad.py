@@ -161,12 +161,12 @@ class MADProtocol:
             dev.append("test sets smaller than MAD's 1280 sequences")
         if set(self.tasks) != set(MAD_TASKS):
             dev.append(f"tasks {list(self.tasks)} only")
-        dev += memory_deviation(self.memory_head_dim, self.memory_expansion)
-        if self.match_memory:
-            dev.append(
-                f"memories sized to {self.match_memory}'s memory floats (the paper trains the presets' sizes; each "
-                "arm's size and match status are in details.memory_match)"
-            )
+        dev += memory_deviation(
+            self.memory_head_dim,
+            self.memory_expansion,
+            self.match_memory,
+            " (the paper trains the presets' sizes; each arm's size and match status are in details.memory_match)",
+        )
         dev.append("gradient clipping 1.0 and cosine decay over steps (mad-lab: no clipping, cosine over epochs)")
         dev.append("scores are micro accuracy (acc_macro: mad-lab's torchmetrics macro average)")
         return dev

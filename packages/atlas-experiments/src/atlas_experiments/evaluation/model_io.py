@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from atlas_experiments.devices import resolve_device
+from atlas_experiments.evaluation.results import add_output_options
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -181,12 +182,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1 ...")
     g.add_argument("--dtype", default="float32", choices=sorted(_DTYPES), help="model dtype (default float32)")
     g.add_argument("--seed", type=int, default=0, help="seeds the preset init and the generated samples")
-    o = p.add_argument_group("output")
-    o.add_argument("--out", required=True, help="results JSON to write (figures go next to it)")
-    o.add_argument("--tracking-uri", help="MLflow URI (default $MLFLOW_TRACKING_URI or sqlite next to --out)")
-    o.add_argument("--experiment", default="eval", help="MLflow experiment (default eval)")
-    o.add_argument("--no-track", action="store_true", help="write the JSON only, no MLflow run")
-    o.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_output_options(p)
 
 
 def model_from_args(args: argparse.Namespace) -> LoadedModel:

@@ -113,12 +113,13 @@ class MQARProtocol:
             dev.append(f"learning-rate sweep {list(self.lrs)} (Zoology sweeps several lrs, best-of)")
         if self.num_queries is not None:
             dev.append(f"{self.num_queries} queries per sequence (Zoology queries every key)")
-        dev += memory_deviation(self.memory_head_dim, self.memory_expansion)
-        if self.match_memory:
-            dev.append(
-                f"memories sized to {self.match_memory}'s memory floats at each width (the paper compares at the "
-                "presets' sizes; each arm's size and match status are in the table)"
-            )
+        dev += memory_deviation(
+            self.memory_head_dim,
+            self.memory_expansion,
+            self.match_memory,
+            " at each width (the paper compares at the presets' sizes; each arm's size and match status are in "
+            "the table)",
+        )
         dev.append("model width/depth from the command on top of the atlas_model preset blocks (SwiGLU 3x width)")
         return dev
 

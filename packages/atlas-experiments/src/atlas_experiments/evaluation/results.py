@@ -92,6 +92,22 @@ def track_result(
     return tracker.run_id
 
 
+def add_output_options(p: argparse.ArgumentParser, default_out: str | None = None) -> None:
+    """The "output" group of every `atlas eval` command: what `finish` reads, and progress bars. Without
+    `default_out`, --out is required."""
+    o = p.add_argument_group("output")
+    if default_out is None:
+        o.add_argument("--out", required=True, help="results JSON to write (figures go next to it)")
+    else:
+        o.add_argument(
+            "--out", default=default_out, help=f"results JSON (figures go next to it; default {default_out})"
+        )
+    o.add_argument("--tracking-uri", help="MLflow URI (default $MLFLOW_TRACKING_URI or sqlite next to --out)")
+    o.add_argument("--experiment", default="eval", help="MLflow experiment (default eval)")
+    o.add_argument("--no-track", action="store_true", help="write the JSON only, no MLflow run")
+    o.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
 def finish(
     result: EvalResult,
     args: argparse.Namespace,

@@ -148,20 +148,27 @@ def model_config(
     return atlas_model.AtlasConfig.from_preset(choice.preset, size=choice.size, **overrides)
 
 
-def memory_deviation(head_dim: int | None, expansion: int | None) -> list[str]:
-    """The deviations entry of the deep-memory reductions (empty when the presets' memories are kept)."""
-    if head_dim is None and expansion is None:
-        return []
+def memory_deviation(
+    head_dim: int | None, expansion: int | None, match_memory: str | None = None, match_note: str = ""
+) -> list[str]:
+    """The deviations entries of the deep-memory reductions and of sizing the memories to `match_memory` (empty
+    when the presets' memories are kept as they are). `match_note` ends the sizing entry: the protocols compare
+    and report the sized arms differently."""
+    dev = []
     parts = []
     if head_dim is not None:
         parts.append(f"memory head dim {head_dim}")
     if expansion is not None:
         parts.append(f"inner-MLP expansion {expansion}")
-    return [
-        "deep memories (Atlas, OmegaNet, Titans, ...) shrunk for CPU: "
-        + ", ".join(parts)
-        + " (presets: memory heads = attention heads, expansion 4)"
-    ]
+    if parts:
+        dev.append(
+            "deep memories (Atlas, OmegaNet, Titans, ...) shrunk for CPU: "
+            + ", ".join(parts)
+            + " (presets: memory heads = attention heads, expansion 4)"
+        )
+    if match_memory:
+        dev.append(f"memories sized to {match_memory}'s memory floats{match_note}")
+    return dev
 
 
 def build_lm(config, seed: int, device: torch.device) -> nn.Module:

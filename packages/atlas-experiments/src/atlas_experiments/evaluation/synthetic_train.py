@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from atlas_data.synthetic import IGNORE_INDEX, TokenDataset
-from atlas_experiments.evaluation.results import EvalResult
+from atlas_experiments.evaluation.results import EvalResult, add_output_options
 from atlas_experiments.evaluation.synthetic_models import (  # noqa: F401  (re-exported: the commands import here)
     DEEP_MEMORIES,
     MemoryMatch,
@@ -269,12 +269,7 @@ def add_run_options(p: argparse.ArgumentParser, default_out: str) -> None:
     g.add_argument("--seed", type=int, default=0, help="seeds the data, the model inits and the batch order")
     g.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1 ...")
     g.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's; 1 is fastest on a busy CPU)")
-    o = p.add_argument_group("output")
-    o.add_argument("--out", default=default_out, help=f"results JSON (figures go next to it; default {default_out})")
-    o.add_argument("--tracking-uri", help="MLflow URI (default $MLFLOW_TRACKING_URI or sqlite next to --out)")
-    o.add_argument("--experiment", default="eval", help="MLflow experiment (default eval)")
-    o.add_argument("--no-track", action="store_true", help="write the JSON only, no MLflow run")
-    o.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_output_options(p, default_out)
 
 
 def figure_path(out: str | Path, suffix: str = "") -> Path:
