@@ -133,6 +133,9 @@ def test_jobs_run_and_the_verdicts_follow_the_rule(tmp_path):
     assert comparison["mean"] == pytest.approx(0.25) and comparison["p_value"] == pytest.approx(0.00652, abs=2e-4)
     text = render(list({r["claim"]: r for r in judge_all(registry, root, ["cpu"])}.values()), registry, ["cpu"])
     assert "### `a.mqar`: **holds**" in text and "| tpp | 0.9 | 0.8 | 0.85 |" in text
+    # summary row: verdict, firmness (extra seeds at 0.15 and 0.35 still hold), arm mean +- sd, per-seed d_s
+    assert "| a.mqar | holds | stable | tpp 0.85 ± 0.05; gdn 0.6 ± 0.1 | 0.2, 0.3, 0.25 | cpu |" in text
+    assert "![per-seed differences of every judged claim](verdicts.png)" in text
 
 
 @pytest.mark.usefixtures("one_thread")

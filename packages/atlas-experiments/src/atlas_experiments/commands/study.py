@@ -141,6 +141,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def report_command(args: argparse.Namespace) -> int:
+    from atlas_experiments.study.provenance import provenance
     from atlas_experiments.study.report import judge_all, render, write_report
 
     registry, scales, jobs = _registry_and_jobs(args)
@@ -151,7 +152,8 @@ def report_command(args: argparse.Namespace) -> int:
         f"Results present for {len(done)} of the {len(jobs)} planned jobs (protocols with results: "
         f"{', '.join(protocols) or 'none'}); a claim is judged only when all its registered seeds ran."
     )
-    path = write_report(records, render(records, registry, scales, coverage), args.out)
+    text = render(records, registry, scales, coverage, provenance(args.root, done))
+    path = write_report(records, text, args.out)
     for r in records:
         print(f"{r['claim']:<40} {r['verdict']}")
     print(f"verdicts: {path}")
