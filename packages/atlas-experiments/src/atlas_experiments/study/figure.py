@@ -29,7 +29,7 @@ def differences_figure(records: Sequence[dict[str, Any]], path: str | Path) -> P
     if not rows:
         return None
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.2))
+    fig, ax = plt.subplots(figsize=(11, 0.32 * len(rows) + 1.4))
     ax.axvspan(-1, 1, color="#edf2f4", zorder=0)
     ax.axvline(0, color="#555", lw=0.8, zorder=1)
     for y, (_, scaled, mean, verdict) in enumerate(rows):
@@ -39,7 +39,7 @@ def differences_figure(records: Sequence[dict[str, Any]], path: str | Path) -> P
             ax.plot([mean, mean], [y - 0.3, y + 0.3], color=colour, lw=2, zorder=2)
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("per-seed difference / delta  (> 0: as the paper predicts; shaded: |d| < delta)")
+    ax.set_xlabel("per-seed difference / delta\n(> 0: as the paper predicts; shaded: |d| < delta)", fontsize=8)
     ax.set_title("Claims study: per-seed paired differences", fontsize=9)
     fig.tight_layout()
     return save_figure_atomic(fig, path)
