@@ -152,7 +152,7 @@ def report_command(args: argparse.Namespace) -> int:
         f"Results present for {len(done)} of the {len(jobs)} planned jobs (protocols with results: "
         f"{', '.join(protocols) or 'none'}); a claim is judged only when all its registered seeds ran."
     )
-    text = render(records, registry, scales, coverage, provenance(args.root, done))
+    text = render(records, registry, scales, coverage, provenance(args.root, done, args.out))
     path = write_report(records, text, args.out)
     for r in records:
         print(f"{r['claim']:<40} {r['verdict']}")
