@@ -59,9 +59,10 @@ GRID = [
 ]
 
 
+@pytest.mark.parametrize("ns_eval", ["matmul", "eigh"])
 @pytest.mark.parametrize("cfg", GRID, ids=config_id)
-def test_lowrank_equals_materialised(cfg):
-    _assert_same(cfg, 13)
+def test_lowrank_equals_materialised(cfg, ns_eval):
+    _assert_same(dataclasses.replace(cfg, ns_eval=ns_eval), 13)
 
 
 MUON = MemoryConfig(memory="mlp", optimizer="muon", feature_map="poly", window=3, chunk_size=4)

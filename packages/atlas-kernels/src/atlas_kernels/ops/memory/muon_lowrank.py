@@ -23,6 +23,7 @@ from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.coefficients import decayed
 from atlas_kernels.ops.memory.functional import compose_memory
 from atlas_kernels.ops.newton_schulz.gram import ns_polynomial
+from atlas_kernels.ops.newton_schulz.spectral import ns_polynomial_spectral
 
 
 @dataclass
@@ -82,7 +83,9 @@ def _orthogonalise(S0, signal, z, coef, th, cfg: MemoryConfig) -> _Orthogonalise
     # negative), where the norm of a matrix that small is far below eps anyway.
     sq = torch.diagonal(gram, dim1=-2, dim2=-1).sum(-1).clamp(min=torch.finfo(gram.dtype).tiny)
     scale = 1.0 / (sq.sqrt() + cfg.ns_eps)
-    poly = ns_polynomial(gram * (scale * scale)[..., None, None], cfg.ns_steps, cfg.ns_coeffs)
+    cpu64 = gram.device.type == "cpu" and gram.dtype == torch.float64
+    evaluate = ns_polynomial_spectral if cfg.ns_eval == "eigh" or (cfg.ns_eval == "auto" and cpu64) else ns_polynomial
+    poly = evaluate(gram * (scale * scale)[..., None, None], cfg.ns_steps, cfg.ns_coeffs)
     return _Orthogonalised(poly, scale, s0, left, right, coef, th, tall)
 
 
