@@ -104,18 +104,20 @@ def _run(cfg: MemoryConfig, T: int, *, Dk: int = 4, Dv: int = 4) -> dict[str, to
     return random_loss_grads(o, state, inputs)
 
 
-def _assert_close(ref: dict, out: dict) -> None:
+def _assert_close(ref: dict, out: dict, grad_tol: float = GRAD_TOL) -> None:
     errs = result_errors(ref, out)
-    bad = {n: e for n, e in errs.items() if not e < (GRAD_TOL if n.startswith("grad") else VALUE_TOL)}
+    bad = {n: e for n, e in errs.items() if not e < (grad_tol if n.startswith("grad") else VALUE_TOL)}
     assert not bad, bad
 
 
 def test_approximate_muon_takes_the_same_polynomial():
     approx = MemoryConfig(memory="mlp", optimizer="muon", feature_map="poly", window=3, chunk_size=4,
                           muon_polynomial="chunk")  # fmt: skip
-    _assert_close(
-        _run(dataclasses.replace(approx, ns_eval="matmul"), 13), _run(dataclasses.replace(approx, ns_eval="eigh"), 13)
-    )
+    # One polynomial per chunk lifts the directions its first momentum lacks by up to a^k ~ 490 (docs/muon.md), so
+    # the two evaluations' rounding of P lands further apart in the gradients: 6.4e-10 measured on an AMD EPYC with
+    # MKL 2024.2. A wrong polynomial moves them by 1e-3 or more.
+    matmul, eigh = (_run(dataclasses.replace(approx, ns_eval=e), 13) for e in ("matmul", "eigh"))
+    _assert_close(matmul, eigh, grad_tol=2e-9)
 
 
 @pytest.mark.parametrize(

@@ -55,7 +55,33 @@ NS_EVALS = ("auto", "matmul", "eigh")
 
 # Muon's quintic Newton-Schulz coefficients (Keller Jordan); they do not converge to exactly 1,
 # singular values of the result land in roughly [0.68, 1.13] (tested band: see newton_schulz).
-DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
+NsCoeffs = tuple[float, float, float]  # (a, b, c) of X <- a X + (b A + c A A) X, A = X X^T
+DEFAULT_NS_COEFFS: NsCoeffs = (3.4445, -4.7750, 2.0315)
+
+
+# Fields that take one of a fixed set of values, and integer fields with their lower bound.
+_CHOICE_FIELDS = {
+    "memory": MEMORY_KINDS,
+    "bias": BIAS_KINDS,
+    "optimizer": OPTIMIZER_KINDS,
+    "feature_map": FEATURE_KINDS,
+    "activation": ACTIVATIONS,
+    "decay_target": DECAY_TARGETS,
+    "norm_placement": NORM_PLACEMENTS,
+    "gamma": GAMMA_KINDS,
+    "exp_temperature": EXP_TEMPERATURES,
+    "ns_form": NS_FORMS,
+    "muon_polynomial": MUON_POLYNOMIALS,
+    "ns_eval": NS_EVALS,
+}
+_INT_FIELDS = {
+    "expansion": 1,
+    "ns_steps": 0,
+    "poly_degree": 1,
+    "exp_init_keys": 0,
+    "exp_taylor_degree": 1,
+    "chunk_size": 1,
+}
 
 
 class MemoryConfigError(ValueError):
@@ -170,7 +196,7 @@ class MemoryConfig:
     gamma: GammaKind = "token"
     optimizer: OptimizerKind = "gd"
     ns_steps: int = 5
-    ns_coeffs: tuple[float, float, float] = DEFAULT_NS_COEFFS
+    ns_coeffs: NsCoeffs = DEFAULT_NS_COEFFS
     ns_eps: float = 1e-7
     ns_form: NsForm = "lowrank"
     muon_polynomial: MuonPolynomial = "token"
@@ -190,24 +216,10 @@ class MemoryConfig:
     norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        _check_choice("memory", self.memory, MEMORY_KINDS)
-        _check_choice("bias", self.bias, BIAS_KINDS)
-        _check_choice("optimizer", self.optimizer, OPTIMIZER_KINDS)
-        _check_choice("feature_map", self.feature_map, FEATURE_KINDS)
-        _check_choice("activation", self.activation, ACTIVATIONS)
-        _check_choice("decay_target", self.decay_target, DECAY_TARGETS)
-        _check_choice("norm_placement", self.norm_placement, NORM_PLACEMENTS)
-        _check_choice("gamma", self.gamma, GAMMA_KINDS)
-        _check_choice("exp_temperature", self.exp_temperature, EXP_TEMPERATURES)
-        _check_choice("ns_form", self.ns_form, NS_FORMS)
-        _check_choice("muon_polynomial", self.muon_polynomial, MUON_POLYNOMIALS)
-        _check_choice("ns_eval", self.ns_eval, NS_EVALS)
-        _check_int("expansion", self.expansion, 1)
-        _check_int("ns_steps", self.ns_steps, 0)
-        _check_int("poly_degree", self.poly_degree, 1)
-        _check_int("exp_init_keys", self.exp_init_keys, 0)
-        _check_int("exp_taylor_degree", self.exp_taylor_degree, 1)
-        _check_int("chunk_size", self.chunk_size, 1)
+        for name, choices in _CHOICE_FIELDS.items():
+            _check_choice(name, getattr(self, name), choices)
+        for name, low in _INT_FIELDS.items():
+            _check_int(name, getattr(self, name), low)
         if self.window != "global":
             _check_int("window", self.window, 1)
         if not (isinstance(self.ns_coeffs, tuple | list) and len(self.ns_coeffs) == 3):

@@ -95,12 +95,6 @@ class AtlasModel(AtlasPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embed_tokens = value
-
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -171,18 +165,6 @@ class AtlasForCausalLM(AtlasPreTrainedModel, GenerationMixin):
     def _supports_default_dynamic_cache(cls) -> bool:
         # generate() must not build a DynamicCache: the model creates its own AtlasCache on the first forward.
         return False
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.embed_tokens = value
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
 
     def forward(
         self,

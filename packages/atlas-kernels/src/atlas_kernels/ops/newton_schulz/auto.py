@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
-from atlas_kernels.config import DEFAULT_NS_COEFFS
+from atlas_kernels.config import DEFAULT_NS_COEFFS, NsCoeffs
 from atlas_kernels.ops.dispatch import triton_candidate
 from atlas_kernels.ops.newton_schulz.naive import newton_schulz
 
@@ -23,12 +24,7 @@ def _use_triton(x: torch.Tensor, steps: int) -> bool:
     return True
 
 
-def newton_schulz_auto(
-    x: torch.Tensor,
-    steps: int = 5,
-    coeffs: tuple[float, float, float] = DEFAULT_NS_COEFFS,
-    eps: float = 1e-7,
-) -> torch.Tensor:
+def newton_schulz_auto(x: Tensor, steps: int = 5, coeffs: NsCoeffs = DEFAULT_NS_COEFFS, eps: float = 1e-7) -> Tensor:
     """`newton_schulz` (same arguments and result), run by `newton_schulz_triton` when `_use_triton(x, steps)`."""
     if _use_triton(x, steps):
         from atlas_kernels.ops.newton_schulz.triton import newton_schulz_triton

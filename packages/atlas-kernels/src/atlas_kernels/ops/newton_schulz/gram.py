@@ -13,12 +13,13 @@ in exact arithmetic; per matrix about 4k r^3 + 2 r^2 n multiply-adds against k (
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
-from atlas_kernels.config import DEFAULT_NS_COEFFS
+from atlas_kernels.config import DEFAULT_NS_COEFFS, NsCoeffs
 from atlas_kernels.ops.newton_schulz.naive import wide_normalised
 
 
-def ns_polynomial(gram: torch.Tensor, steps: int, coeffs: tuple[float, float, float]) -> torch.Tensor:
+def ns_polynomial(gram: torch.Tensor, steps: int, coeffs: NsCoeffs) -> torch.Tensor:
     """P_k with NS_k(Y_0) = P_k Y_0, from the Gram matrix A_0 = Y_0 Y_0^T [..., r, r] of a normalised wide Y_0.
 
     Also the entry point of the chunk op's low-rank Muon path (`ops/memory/muon_lowrank.py`), which builds A_0
@@ -37,12 +38,7 @@ def ns_polynomial(gram: torch.Tensor, steps: int, coeffs: tuple[float, float, fl
     return poly
 
 
-def newton_schulz_gram(
-    x: torch.Tensor,
-    steps: int = 5,
-    coeffs: tuple[float, float, float] = DEFAULT_NS_COEFFS,
-    eps: float = 1e-7,
-) -> torch.Tensor:
+def newton_schulz_gram(x: Tensor, steps: int = 5, coeffs: NsCoeffs = DEFAULT_NS_COEFFS, eps: float = 1e-7) -> Tensor:
     """`newton_schulz` (same arguments, shapes and dtype; the same result up to rounding), iterating on the Gram
     matrix."""
     y, tall = wide_normalised(x, eps)
@@ -51,7 +47,7 @@ def newton_schulz_gram(
     return y.mT if tall else y
 
 
-def ns_polynomial_of(x: torch.Tensor, steps: int, coeffs: tuple[float, float, float], eps: float) -> torch.Tensor:
+def ns_polynomial_of(x: torch.Tensor, steps: int, coeffs: NsCoeffs, eps: float) -> torch.Tensor:
     """P_k of x (`ns_polynomial` of its normalised Gram matrix, x transposed first when tall): the polynomial that
     `apply_ns_polynomial` applies to other matrices of x's shape (Muon with muon_polynomial="chunk")."""
     y, _ = wide_normalised(x, eps)

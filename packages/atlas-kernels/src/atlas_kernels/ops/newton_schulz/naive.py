@@ -12,8 +12,9 @@ NS is scale-invariant, which is why the inner learning rate multiplies its outpu
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
-from atlas_kernels.config import DEFAULT_NS_COEFFS
+from atlas_kernels.config import DEFAULT_NS_COEFFS, NsCoeffs
 
 
 def wide_normalised(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, bool]:
@@ -26,12 +27,7 @@ def wide_normalised(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, bool]:
     return y / (torch.linalg.matrix_norm(y, keepdim=True) + eps), tall
 
 
-def newton_schulz(
-    x: torch.Tensor,
-    steps: int = 5,
-    coeffs: tuple[float, float, float] = DEFAULT_NS_COEFFS,
-    eps: float = 1e-7,
-) -> torch.Tensor:
+def newton_schulz(x: Tensor, steps: int = 5, coeffs: NsCoeffs = DEFAULT_NS_COEFFS, eps: float = 1e-7) -> Tensor:
     """Apply `steps` quintic Newton-Schulz iterations to every matrix of a batch.
 
     Args:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import torch
 
+from atlas_kernels.config import NsCoeffs
 
-def _scalar_polynomial(lam: torch.Tensor, steps: int, coeffs: tuple[float, float, float]) -> torch.Tensor:
+
+def _scalar_polynomial(lam: torch.Tensor, steps: int, coeffs: NsCoeffs) -> torch.Tensor:
     """p_k at every eigenvalue: lam [..., r] -> [..., r]."""
     a, b, c = coeffs
     x, p = lam, torch.ones_like(lam)
@@ -31,7 +33,7 @@ def _scalar_polynomial(lam: torch.Tensor, steps: int, coeffs: tuple[float, float
     return p
 
 
-def _divided_differences(lam: torch.Tensor, steps: int, coeffs: tuple[float, float, float]) -> torch.Tensor:
+def _divided_differences(lam: torch.Tensor, steps: int, coeffs: NsCoeffs) -> torch.Tensor:
     """D[..., i, j] = p_k[lam_i, lam_j], the first divided difference (the derivative on the diagonal).
 
     With x = lam_i, y = lam_j and f[x, y] the divided difference: q[x, y] = (b + c (a_j(x) + a_j(y))) a_j[x, y],
@@ -55,7 +57,7 @@ def _divided_differences(lam: torch.Tensor, steps: int, coeffs: tuple[float, flo
 
 class _SpectralPolynomial(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, gram: torch.Tensor, steps: int, coeffs: tuple[float, float, float]) -> torch.Tensor:
+    def forward(ctx, gram: torch.Tensor, steps: int, coeffs: NsCoeffs) -> torch.Tensor:
         lam, vec = torch.linalg.eigh(gram)
         ctx.save_for_backward(lam, vec)
         ctx.steps, ctx.coeffs = steps, coeffs
@@ -68,7 +70,7 @@ class _SpectralPolynomial(torch.autograd.Function):
         return vec @ (_divided_differences(lam, ctx.steps, ctx.coeffs) * inner) @ vec.mT, None, None
 
 
-def ns_polynomial_spectral(gram: torch.Tensor, steps: int, coeffs: tuple[float, float, float]) -> torch.Tensor:
+def ns_polynomial_spectral(gram: torch.Tensor, steps: int, coeffs: NsCoeffs) -> torch.Tensor:
     """`gram.ns_polynomial` (same arguments and result up to rounding) through one eigendecomposition of the
     symmetric Gram matrix [..., r, r]. Only the symmetric part of `gram` is read (eigh reads one triangle), which
     is all a Gram matrix has."""

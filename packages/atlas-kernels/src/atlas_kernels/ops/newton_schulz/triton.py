@@ -22,8 +22,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch import Tensor
 
-from atlas_kernels.config import DEFAULT_NS_COEFFS
+from atlas_kernels.config import DEFAULT_NS_COEFFS, NsCoeffs
 from atlas_kernels.ops.triton_common import compute_precision, dot
 
 MAX_SMALL_DIM = 128
@@ -238,12 +239,7 @@ class NewtonSchulzFunction(torch.autograd.Function):
         return ns_backward(x, dy, *ctx.args), None, None, None
 
 
-def newton_schulz_triton(
-    x: torch.Tensor,
-    steps: int = 5,
-    coeffs: tuple[float, float, float] = DEFAULT_NS_COEFFS,
-    eps: float = 1e-7,
-) -> torch.Tensor:
+def newton_schulz_triton(x: Tensor, steps: int = 5, coeffs: NsCoeffs = DEFAULT_NS_COEFFS, eps: float = 1e-7) -> Tensor:
     """`newton_schulz` (same arguments and result) as Triton kernels, differentiable with respect to x.
 
     Args:
