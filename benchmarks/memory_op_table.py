@@ -77,6 +77,25 @@ OPS: dict[str, tuple[str, dict, str]] = {
         dict(memory="mlp", optimizer="muon", ns_form="materialise", bias="l2", window=4, chunk_size=CHUNK),
         "chunk-atlas-id with ns_form=materialise",
     ),
+    "chunk-atlas-eigh": (
+        "chunk",
+        dict(
+            memory="mlp",
+            optimizer="muon",
+            ns_eval="eigh",
+            feature_map="poly",
+            poly_degree=2,
+            bias="l2",
+            window=4,
+            chunk_size=CHUNK,
+        ),
+        "chunk-atlas with ns_eval=eigh: each token's NS polynomial on the Gram matrix's eigenvalues",
+    ),
+    "chunk-atlas-id-eigh": (
+        "chunk",
+        dict(memory="mlp", optimizer="muon", ns_eval="eigh", bias="l2", window=4, chunk_size=CHUNK),
+        "chunk-atlas-id with ns_eval=eigh",
+    ),
     "chunk-atlas-gd": (
         "chunk",
         dict(memory="mlp", optimizer="gd", feature_map="poly", poly_degree=2, bias="l2", window=4, chunk_size=CHUNK),

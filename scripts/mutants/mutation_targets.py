@@ -52,6 +52,11 @@ _CHUNK_TESTS = (
     # the materialising Muon path (`_muon_chunk`): no default config reaches it since the factored path became
     # the default; this compares the two in float64
     f"{KERN}/tests/test_muon_lowrank.py::test_lowrank_equals_materialised",
+    # which Muon path runs (both give the same numbers): only the saved-tensor sizes tell them apart
+    f"{KERN}/tests/test_muon_lowrank.py::test_lowrank_never_forms_per_token_weights",
+    f"{KERN}/tests/test_exact_delta_and_read.py::test_exact_delta_with_window_gates_and_values_narrower_than_a_chunk",
+    # keys and queries through the feature dispatcher (the Triton kernel on a GPU)
+    f"{KERN}/tests/test_subop_dispatch.py::test_forced_triton_subops_match_the_torch_references[linear-gd-poly-T7]",
 )
 
 MODULES: dict[str, Module] = {

@@ -48,6 +48,24 @@ def test_exact_delta_segments_and_decoding():
     assert rel_err(o_full, torch.cat(outs, 1)) < 1e-12
 
 
+@pytest.mark.parametrize("gamma", ["token", "window"])
+def test_exact_delta_with_window_gates_and_values_narrower_than_a_chunk(gamma):
+    """gamma="window" at c = 1 (the window's one gate is the token's own) and values narrower than a chunk
+    (Dv = 3 < b = 8, keys of 5): the recurrence's outputs and state, gates gamma != 1, and the state's window empty
+    after every chunk (c - 1 = 0 tokens)."""
+    cfg = MemoryConfig(memory="linear", bias="l2", window=1, gamma=gamma)
+    T, Dk, Dv = 21, 5, 3
+    q, k, v, gates = random_inputs(1, T, H, Dk, Dv, seed=4)
+    gates.pop("theta")
+    steps = [1] if gamma == "window" else []
+    gates["gamma"] = 0.5 + 0.5 * torch.rand(1, T, H, *steps, generator=torch.Generator().manual_seed(5)).double()
+    p = init_memory_params(cfg, H, Dk, Dv, dtype=torch.float64)
+    o_ref, s_ref = memory_naive(q, k, v, gates, p, dataclasses.replace(cfg, chunk_size=1))
+    o, s = memory_chunk(q, k, v, gates, p, dataclasses.replace(cfg, exact_delta=True, chunk_size=8))
+    assert rel_err(o_ref, o) < 1e-12 and rel_err(s_ref.weights["W"], s.weights["W"]) < 1e-12
+    assert s.halo_k.shape[2] == s.halo_v.shape[2] == s.halo_gamma.shape[2] == 0
+
+
 @pytest.mark.parametrize("fields", [{"window": 2}, {"memory": "mlp"}, {"bias": "dot"}, {"optimizer": "momentum"}])
 def test_exact_delta_is_rejected_outside_the_delta_rule(fields):
     base = {"memory": "linear", "bias": "l2", "window": 1, "exact_delta": True}

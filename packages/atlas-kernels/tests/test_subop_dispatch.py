@@ -17,6 +17,7 @@ import torch
 from atlas_kernels import MemoryConfig, init_memory_params
 from atlas_kernels.ops import dispatch
 from atlas_kernels.ops.features import auto as poly_auto
+from atlas_kernels.ops.memory import functional
 from atlas_kernels.ops.memory.chunk import memory_chunk_torch
 from atlas_kernels.ops.memory.triton_checks import err_ratio
 from atlas_kernels.ops.newton_schulz import auto as ns_auto
@@ -48,7 +49,7 @@ def spies(monkeypatch):
     from atlas_kernels.ops.features import triton as poly_triton
     from atlas_kernels.ops.newton_schulz import triton as ns_triton
 
-    calls = {"ns.triton": 0, "ns.torch": 0, "poly.triton": 0, "poly.torch": 0}
+    calls = {"ns.triton": 0, "ns.torch": 0, "poly.triton": 0, "poly.torch": 0, "poly.bypass": 0}
 
     def counted(name, fn):
         def wrapper(*args, **kwargs):
@@ -63,6 +64,8 @@ def spies(monkeypatch):
         poly_triton, "poly_features_l2norm_triton", counted("poly.triton", poly_triton.poly_features_l2norm_triton)
     )
     monkeypatch.setattr(poly_auto, "poly_features", counted("poly.torch", poly_auto.poly_features))
+    # the torch reference called directly, past the dispatcher (the oracles do; the chunk op must not)
+    monkeypatch.setattr(functional, "poly_features", counted("poly.bypass", functional.poly_features))
     return calls
 
 
@@ -118,6 +121,7 @@ def test_forced_triton_subops_match_the_torch_references(config, T, spies, monke
         assert 2 * spies["ns.triton"] == torch_calls["ns.torch"] > 0
     if cfg.feature_map == "poly":
         assert 2 * spies["poly.triton"] == torch_calls["poly.torch"] > 0
+    assert spies["poly.bypass"] == 0  # keys and queries both went through the dispatcher
     assert ref32.keys() == out32.keys()
     bad32 = {}
     for n in ref32:
