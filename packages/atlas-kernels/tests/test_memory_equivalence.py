@@ -85,6 +85,18 @@ def test_chunk_b1_equals_recurrence_lengths(cfg, T):
 @pytest.mark.parametrize("cfg", [_with(c, window=3, chunk_size=4) for c in ALL], ids=config_id)
 def test_chunk_equals_naive_chunked_with_gradients(cfg):
     """b = 4 over T = 11 (a short last chunk), window 3 reaching across chunk edges; all input gradients."""
+    _assert_chunk_equals_naive_chunked(cfg)
+
+
+@pytest.mark.parametrize("window", [2, 7])
+def test_exp_dual_coefficients_across_chunk_edges(window):
+    """exp features keep the first layer as coefficients over keys, the window's tokens owning the last c - 1 of them:
+    c = 2 (one such token) and c = 7 with a 4-wide hidden layer (more window tokens than hidden units)."""
+    base = next(valid_configs(memory="mlp", optimizer="gd", feature_map="exp", bias="l2", **EXP))
+    _assert_chunk_equals_naive_chunked(_with(base, window=window, chunk_size=4, expansion=1))
+
+
+def _assert_chunk_equals_naive_chunked(cfg):
     q, k, v, gates = random_inputs(1, 11, H, D, seed=3, requires_grad=True)
     p = _params(cfg, requires_grad=True)
     weight = torch.randn(1, 11, H, D, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
