@@ -13,6 +13,7 @@ import torch
 
 from atlas_kernels import MemoryConfig, init_memory_params, memory_chunk, memory_naive
 from atlas_kernels.config import MemoryConfigError
+from atlas_kernels.ops.memory import chunk as chunk_module
 from atlas_kernels.testing import random_inputs, random_loss_grads, result_errors
 
 H, D = 2, 4
@@ -71,3 +72,15 @@ def test_ns_form_is_checked_and_round_trips():
     for form in ("gram", "lowrank"):
         cfg = dataclasses.replace(MUON_POLY, ns_form=form)
         assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(("form", "expected"), [("materialise", "auto"), ("gram", "gram")])
+def test_chunk_op_runs_the_form_it_names(monkeypatch, form, expected):
+    """The forms agree in value (above), so only the calls tell them apart: "gram" iterates on Gram matrices
+    (`newton_schulz_gram`), "materialise" on the momenta (`newton_schulz_auto`, Triton on a GPU)."""
+    calls = []
+    for name in ("newton_schulz_auto", "newton_schulz_gram"):
+        real = getattr(chunk_module, name)
+        monkeypatch.setattr(chunk_module, name, lambda *a, _real=real, _n=name: calls.append(_n) or _real(*a))
+    _run(memory_chunk, dataclasses.replace(MUON_POLY, ns_form=form), 7)
+    assert calls and set(calls) == {f"newton_schulz_{expected}"}, calls
