@@ -104,8 +104,10 @@ CASES = [(c, T) for c in CONFIGS for T in (7, 33) if (c, T) != ("mlp-muon-poly",
 @INTERPRETER
 @pytest.mark.parametrize("config,T", CASES, ids=[f"{c}-T{T}" for c, T in CASES])
 def test_forced_triton_subops_match_the_torch_references(config, T, spies, monkeypatch):
-    """float32: Triton vs torch within 3x the torch path's own float32 rounding error (measured against float64:
-    Muon + the memory LayerNorm amplify it to ~4e-3 at T = 33), or 1e-4. float64 (T = 7): equal to round-off,
+    """float32: Triton vs torch within 6x the torch path's own float32 rounding error (measured against float64:
+    Muon + the memory LayerNorm amplify it to ~4e-3 at T = 33), or 1e-4. The ratio depends on the CPU's BLAS
+    kernels: below 3 where this test was written, up to 4.2 on an AMD EPYC with MKL 2024.2 (mlp-muon, T = 33, the
+    momentum's W2); a wrong sub-op kernel gives errors of order 1. float64 (T = 7): equal to round-off,
     the same function and gradients."""
     cfg = CONFIGS[config]
     _force(monkeypatch, False)
@@ -127,7 +129,7 @@ def test_forced_triton_subops_match_the_torch_references(config, T, spies, monke
     for n in ref32:
         assert out32[n].dtype == ref32[n].dtype == torch.float32
         err, base = rel_err(ref32[n], out32[n]), rel_err(ref64[n], ref32[n].double())
-        if not err <= max(1e-4, 3 * base):
+        if not err <= max(1e-4, 6 * base):
             bad32[n] = (err, base)
     assert not bad32, bad32
     if T == 7:
