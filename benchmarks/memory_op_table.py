@@ -17,6 +17,10 @@ TITANS_MAX_LR = 0.03
 GATE_LOW = 0.9  # gates alpha, theta, gamma ~ U[GATE_LOW, 1); eta ~ ETA_SCALE U[GATE_LOW, 1)
 ETA_SCALE = 0.02
 
+# the Atlas settings every Atlas row starts from (poly p=2, and identity features)
+_ATLAS = dict(memory="mlp", optimizer="muon", feature_map="poly", poly_degree=2, bias="l2", window=4, chunk_size=CHUNK)
+_ATLAS_ID = dict(memory="mlp", optimizer="muon", feature_map="identity", bias="l2", window=4, chunk_size=CHUNK)
+
 # name -> (kind, MemoryConfig kwargs or titans variant, description)
 OPS: dict[str, tuple[str, dict, str]] = {
     "chunk-linear": (
@@ -31,69 +35,42 @@ OPS: dict[str, tuple[str, dict, str]] = {
     ),
     "chunk-atlas-id": (
         "chunk",
-        dict(memory="mlp", optimizer="muon", feature_map="identity", bias="l2", window=4, chunk_size=CHUNK),
+        _ATLAS_ID,
         "memory_chunk: Atlas without features: MLP, l2, muon (NS-5, lowrank, float64 update), identity phi, c=4, b=16",
     ),
     "chunk-atlas": (
         "chunk",
-        dict(memory="mlp", optimizer="muon", feature_map="poly", poly_degree=2, bias="l2", window=4, chunk_size=CHUNK),
+        _ATLAS,
         "memory_chunk: Atlas: MLP, l2, muon (NS-5, ns_form=lowrank, float64 update), poly p=2 (D=561), c=4, b=16",
     ),
     "chunk-atlas-mat": (
         "chunk",
-        dict(
-            memory="mlp",
-            optimizer="muon",
-            ns_form="materialise",
-            feature_map="poly",
-            poly_degree=2,
-            bias="l2",
-            window=4,
-            chunk_size=CHUNK,
-        ),
+        {**_ATLAS, "ns_form": "materialise"},
         "chunk-atlas with ns_form=materialise: every token's momentum and weights formed, NS-5 on each",
     ),
     "chunk-atlas-f32": (
         "chunk",
-        dict(
-            memory="mlp",
-            optimizer="muon",
-            muon_float64=False,
-            feature_map="poly",
-            poly_degree=2,
-            bias="l2",
-            window=4,
-            chunk_size=CHUNK,
-        ),
+        {**_ATLAS, "muon_float64": False},
         "chunk-atlas with muon_float64=False: the factored Muon update in float32 (faster, less precise)",
     ),
     "chunk-atlas-id-f32": (
         "chunk",
-        dict(memory="mlp", optimizer="muon", muon_float64=False, bias="l2", window=4, chunk_size=CHUNK),
+        {**_ATLAS_ID, "muon_float64": False},
         "chunk-atlas-id with muon_float64=False",
     ),
     "chunk-atlas-id-mat": (
         "chunk",
-        dict(memory="mlp", optimizer="muon", ns_form="materialise", bias="l2", window=4, chunk_size=CHUNK),
+        {**_ATLAS_ID, "ns_form": "materialise"},
         "chunk-atlas-id with ns_form=materialise",
     ),
     "chunk-atlas-eigh": (
         "chunk",
-        dict(
-            memory="mlp",
-            optimizer="muon",
-            ns_eval="eigh",
-            feature_map="poly",
-            poly_degree=2,
-            bias="l2",
-            window=4,
-            chunk_size=CHUNK,
-        ),
+        {**_ATLAS, "ns_eval": "eigh"},
         "chunk-atlas with ns_eval=eigh: each token's NS polynomial on the Gram matrix's eigenvalues",
     ),
     "chunk-atlas-id-eigh": (
         "chunk",
-        dict(memory="mlp", optimizer="muon", ns_eval="eigh", bias="l2", window=4, chunk_size=CHUNK),
+        {**_ATLAS_ID, "ns_eval": "eigh"},
         "chunk-atlas-id with ns_eval=eigh",
     ),
     "chunk-atlas-gd": (
@@ -108,31 +85,22 @@ OPS: dict[str, tuple[str, dict, str]] = {
     ),
     "chunk-atlas-approx": (
         "chunk",
-        dict(
-            memory="mlp",
-            optimizer="muon",
-            muon_polynomial="chunk",
-            feature_map="poly",
-            poly_degree=2,
-            bias="l2",
-            window=4,
-            chunk_size=CHUNK,
-        ),
+        {**_ATLAS, "muon_polynomial": "chunk"},
         "chunk-atlas with the approximate Muon (muon_polynomial=chunk: one NS polynomial per chunk)",
     ),
     "chunk-atlas-id-approx": (
         "chunk",
-        dict(memory="mlp", optimizer="muon", muon_polynomial="chunk", bias="l2", window=4, chunk_size=CHUNK),
+        {**_ATLAS_ID, "muon_polynomial": "chunk"},
         "chunk-atlas-id with the approximate Muon (muon_polynomial=chunk)",
     ),
     "chunk-atlas-nockpt": (
         "chunk",
-        dict(memory="mlp", optimizer="muon", feature_map="poly", poly_degree=2, bias="l2", window=4, chunk_size=CHUNK),
+        _ATLAS,
         "chunk-atlas with checkpoint=False (memory_chunk_torch)",
     ),
     "chunk-atlas-id-nockpt": (
         "chunk",
-        dict(memory="mlp", optimizer="muon", feature_map="identity", bias="l2", window=4, chunk_size=CHUNK),
+        _ATLAS_ID,
         "chunk-atlas-id with checkpoint=False (memory_chunk_torch): every chunk's intermediates kept for the backward",
     ),
     "chunk-titans-ckpt": (
@@ -147,12 +115,12 @@ OPS: dict[str, tuple[str, dict, str]] = {
     ),
     "naive-atlas-id": (
         "naive",
-        dict(memory="mlp", optimizer="muon", feature_map="identity", bias="l2", window=4, chunk_size=CHUNK),
+        _ATLAS_ID,
         "memory_naive (token loop, exact b=1) at the chunk-atlas-id setting",
     ),
     "naive-atlas": (
         "naive",
-        dict(memory="mlp", optimizer="muon", feature_map="poly", poly_degree=2, bias="l2", window=4, chunk_size=CHUNK),
+        _ATLAS,
         "memory_naive (token loop, exact b=1) at the chunk-atlas setting (not in the default set: ~1 min/iter)",
     ),
     "titans-pt-b16": (
