@@ -67,7 +67,9 @@ def test_gram_forms_equal_materialised(op, T, window, form):
 
 def test_ns_form_is_checked_and_round_trips():
     assert MemoryConfig().ns_form == "lowrank"
-    with pytest.raises(MemoryConfigError, match="ns_form: expected one of materialise, gram, lowrank, got 'dense'"):
+    with pytest.raises(
+        MemoryConfigError, match="ns_form: expected one of materialise, gram, lowrank, auto, got 'dense'"
+    ):
         MemoryConfig(ns_form="dense")
     for form in ("gram", "lowrank"):
         cfg = dataclasses.replace(MUON_POLY, ns_form=form)

@@ -35,7 +35,7 @@ from atlas_kernels.ops.memory.coefficients import (
 from atlas_kernels.ops.memory.delta import delta_chunk_step
 from atlas_kernels.ops.memory.functional import activation, exp_kernel, explicit_features, memory_forward
 from atlas_kernels.ops.memory.inputs import OpInputs, prepare_inputs
-from atlas_kernels.ops.memory.muon_lowrank import lowrank_muon_chunk
+from atlas_kernels.ops.memory.muon_lowrank import lowrank_muon_chunk, uses_factored_path
 from atlas_kernels.ops.memory.params import initial_state
 from atlas_kernels.ops.memory.state import MemoryState, halo_size, pending_inputs, resume_inputs
 from atlas_kernels.ops.newton_schulz import newton_schulz_auto, newton_schulz_gram
@@ -222,7 +222,7 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
         return y, MemoryState(weights={"W": W}, momentum=None, halo_k=wk[:, :, wk.shape[2] :],
                               halo_v=wv[:, :, wv.shape[2] :], halo_gamma=wg[:, :, wg.shape[2] :])  # fmt: skip
     factors, f0 = _gradient_factors(wk, fk, wv, state, params, cfg)
-    if cfg.optimizer == "muon" and (cfg.ns_form == "lowrank" or cfg.muon_polynomial == "chunk"):
+    if cfg.optimizer == "muon" and uses_factored_path(cfg, factors, qc.device):
         y, weights, momentum = lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target)
     elif cfg.optimizer == "muon":
         y, weights, momentum = _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target)

@@ -25,6 +25,23 @@ from atlas_kernels.ops.memory.functional import compose_memory
 from atlas_kernels.ops.newton_schulz.gram import ns_polynomial
 from atlas_kernels.ops.newton_schulz.spectral import ns_polynomial_spectral
 
+# ns_form="auto" on a CPU: the factored path from this many entries of the largest weight Muon updates. Below it the
+# materialising path's few large products beat the factored path's many small ones (docs/muon.md, "Choosing the
+# form": 1.4-2x at memory head dims 8-16, e.g. 16 x 45 weights; from 4,096 entries the factored path won at 4 of 5
+# measured shapes, 1.1-2.3x).
+FACTORED_MIN_WEIGHT = 4096
+
+
+def uses_factored_path(cfg: MemoryConfig, factors: dict, device: torch.device) -> bool:
+    """Whether a Muon chunk runs here (True) or in `chunk._muon_chunk` (per-token momenta), for the layer factors
+    {name: (signal [B, H, N, out], layer input [B, H, N, in])} of the chunk."""
+    if cfg.muon_polynomial == "chunk" or cfg.ns_form == "lowrank":
+        return True
+    if cfg.ns_form != "auto":
+        return False
+    largest = max(signal.shape[-1] * z.shape[-1] for signal, z in factors.values())
+    return device.type != "cpu" or largest >= FACTORED_MIN_WEIGHT
+
 
 @dataclass
 class _Orthogonalised:

@@ -125,7 +125,7 @@ def _muon_direction(S: torch.Tensor, poly: torch.Tensor | None, cfg: MemoryConfi
     """NS_k(S), or with muon_polynomial="chunk" the chunk's polynomial `poly` applied to S's normalised matrix."""
     if poly is not None:
         return apply_ns_polynomial(S, poly, cfg.ns_eps)
-    ns = newton_schulz if cfg.ns_form == "materialise" else newton_schulz_gram
+    ns = newton_schulz if cfg.ns_form in ("materialise", "auto") else newton_schulz_gram
     return ns(S, cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps)
 
 
