@@ -57,6 +57,7 @@ _CHUNK_TESTS = (
     f"{KERN}/tests/test_muon_lowrank.py::test_lowrank_never_forms_per_token_weights",
     f"{KERN}/tests/test_muon_lowrank.py::test_lowrank_equals_materialised_variants",  # decay target, gamma, ...
     f"{KERN}/tests/test_ns_form.py::test_chunk_op_runs_the_form_it_names",
+    f"{KERN}/tests/test_ns_form_auto.py",  # ns_form="auto": which path runs, by size and device
     # the approximate Muon with ns_form="materialise" still takes the factored path
     f"{KERN}/tests/test_muon_chunk_polynomial.py::test_chunk_op_matches_the_literal_recurrence[T7-mlp-muon-poly-l2-c2-b4]",
     f"{KERN}/tests/test_exact_delta_and_read.py::test_exact_delta_with_window_gates_and_values_narrower_than_a_chunk",
@@ -146,6 +147,7 @@ MODULES: dict[str, Module] = {
             # factored vs materialised Muon in float64 over the memory x features x bias x window grid first
             f"{KERN}/tests/test_muon_lowrank.py",
             f"{KERN}/tests/test_muon_chunk_polynomial.py",
+            f"{KERN}/tests/test_ns_form_auto.py",  # uses_factored_path
         ),
         f"{KERN}/tests",
     ),
