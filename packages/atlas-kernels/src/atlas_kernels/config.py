@@ -141,7 +141,7 @@ class MemoryConfig:
             update about 1.8x faster at head dim 32 with degree-2 features. "auto": "eigh" where the polynomial
             is computed in float64 on a CPU, "matmul" otherwise (batched eigh is slow on GPUs, and in float32
             rounding of the small eigenvalues is amplified by Newton-Schulz's steep polynomial near 0); the
-            atlas-model Muon presets use it (faster at every measured CPU shape, 1.1-2.1x). The default stays
+            atlas-model Muon presets use it (faster at every measured CPU shape, 1.05-2.0x). The default stays
             "matmul": eigh rounds the gradients of rank-deficient momenta differently (up to 1.7e-10 against
             the float64 oracles' 1e-10 bound at eta 0.5). "eigh" only on the factored path (ns_form "lowrank" or
             "auto", or muon_polynomial="chunk"); "matmul" and "auto" are accepted everywhere.
