@@ -21,23 +21,42 @@ import sys
 import time
 
 SETS = {
-    "rule": [(8, 2, "poly"), (8, 2, "identity"), (16, 2, "poly"), (16, 2, "identity"), (16, 4, "poly"),
-             (32, 4, "identity"), (32, 2, "identity"), (24, 4, "identity")],  # fmt: skip
-    "heldout": [(12, 4, "poly"), (8, 4, "poly"), (24, 2, "poly"), (12, 2, "identity"), (64, 2, "identity"),
-                (16, 4, "identity"), (32, 1, "identity")],  # fmt: skip
+    "rule": [
+        (8, 2, "poly"),
+        (8, 2, "identity"),
+        (16, 2, "poly"),
+        (16, 2, "identity"),
+        (16, 4, "poly"),
+        (32, 4, "identity"),
+        (32, 2, "identity"),
+        (24, 4, "identity"),
+    ],  # fmt: skip
+    "heldout": [
+        (12, 4, "poly"),
+        (8, 4, "poly"),
+        (24, 2, "poly"),
+        (12, 2, "identity"),
+        (64, 2, "identity"),
+        (16, 4, "identity"),
+        (32, 1, "identity"),
+    ],  # fmt: skip
 }
-FORMS = {"materialise": {"ns_form": "materialise"}, "lowrank-matmul": {"ns_eval": "matmul"}, "lowrank-eigh": {"ns_eval": "eigh"}}
+FORMS = {
+    "materialise": {"ns_form": "materialise"},
+    "lowrank-matmul": {"ns_eval": "matmul"},
+    "lowrank-eigh": {"ns_eval": "eigh"},
+}
 B, T, H = 4, 64, 4
 
 
-def _largest_weight(cfg, D: int) -> int:
+def _weight_shapes(cfg, D: int) -> list[tuple[int, int]]:
+    """(out, in) of every memory weight (the `W*` parameters [H, out, in])."""
     from atlas_kernels import init_memory_params
 
-    params = init_memory_params(cfg, 1, D, D)
-    return max(p.shape[-1] * p.shape[-2] for name, p in params.items() if name.startswith("W"))
+    return [tuple(p.shape[-2:]) for name, p in init_memory_params(cfg, 1, D, D).items() if name.startswith("W")]
 
 
-def time_shape(D: int, expansion: int, features: str, repeats: int) -> tuple[int, dict[str, float]]:
+def time_shape(D: int, expansion: int, features: str, repeats: int) -> tuple[list[tuple[int, int]], dict[str, float]]:
     import torch
 
     from atlas_kernels import MemoryConfig, init_memory_params, memory_chunk
@@ -57,7 +76,7 @@ def time_shape(D: int, expansion: int, features: str, repeats: int) -> tuple[int
             o, _ = memory_chunk(q, k, v, gates, params, cfg)
             o.square().sum().backward()
             best[name] = min(best.get(name, float("inf")), time.perf_counter() - start)
-    return _largest_weight(MemoryConfig(**base), D), best
+    return _weight_shapes(MemoryConfig(**base), D), best
 
 
 def main(argv=None) -> int:
@@ -69,7 +88,8 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from atlas_kernels.ops.memory.muon_lowrank import FACTORED_MIN_WEIGHT
+    from atlas_kernels import MemoryConfig
+    from atlas_kernels.ops.memory.muon_lowrank import FACTORED_MIN_WEIGHT, uses_factored_path
 
     lines = [
         f"Command: `python benchmarks/muon_forms.py {' '.join(sys.argv[1:])}`",
@@ -78,7 +98,7 @@ def main(argv=None) -> int:
         f"{datetime.date.today().isoformat()}; B={B}, H={H}, T={T}, MLP memory, l2, window 4, chunk 16, float32 "
         "inputs, float64 factored update. Seconds: the fastest of the rounds, fwd+bwd.",
         "",
-        f"`auto` column: the form ns_form=\"auto\" picks on a CPU (factored from {FACTORED_MIN_WEIGHT} entries of "
+        f'`auto` column: the form ns_form="auto" picks on a CPU (factored from {FACTORED_MIN_WEIGHT} entries of '
         "the largest weight); `best` is the fastest form measured.",
         "",
         "| set | head dim | expansion | features | largest weight | materialise (s) | lowrank-matmul (s) "
@@ -87,8 +107,10 @@ def main(argv=None) -> int:
     ]
     for name in args.set or sorted(SETS, reverse=True):
         for D, expansion, features in SETS[name]:
-            largest, t = time_shape(D, expansion, features, args.repeats)
-            auto = "lowrank" if largest >= FACTORED_MIN_WEIGHT else "materialise"
+            shapes, t = time_shape(D, expansion, features, args.repeats)
+            largest = max(o * i for o, i in shapes)
+            factored = uses_factored_path(MemoryConfig(optimizer="muon", ns_form="auto"), shapes, torch.device("cpu"))
+            auto = "lowrank" if factored else "materialise"
             best = min(t, key=t.get).split("-")[0]
             lines.append(
                 f"| {name} | {D} | {expansion} | {features} | {largest} | {t['materialise']:.3f} | "

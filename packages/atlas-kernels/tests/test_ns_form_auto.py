@@ -19,10 +19,6 @@ from atlas_kernels.testing import random_inputs
 H = 2
 
 
-def _factors(out: int, inp: int) -> dict:
-    return {"W": (torch.zeros(1, H, 3, out), torch.zeros(1, H, 3, inp))}
-
-
 def _counted_run(monkeypatch, cfg, Dk, Dv, T=9):
     """(outputs, final state, calls) of a float64 chunk op run; calls counts the factored and materialising chunks."""
     calls = {"factored": 0, "materialised": 0}
@@ -45,20 +41,16 @@ def _counted_run(monkeypatch, cfg, Dk, Dv, T=9):
 def test_auto_switches_at_the_threshold_on_a_cpu(out, inp, factored):
     cfg = MemoryConfig(memory="linear", optimizer="muon", ns_form="auto")
     assert FACTORED_MIN_WEIGHT == 4096
-    assert uses_factored_path(cfg, _factors(out, inp), torch.device("cpu")) is factored
+    assert uses_factored_path(cfg, [(out, inp)], torch.device("cpu")) is factored
     # away from a CPU the factored path always: the threshold was measured on CPUs only
-    assert uses_factored_path(cfg, _factors(out, inp), torch.device("cuda")) is True
+    assert uses_factored_path(cfg, [(out, inp)], torch.device("cuda")) is True
 
 
 def test_auto_reads_the_largest_weight():
     cfg = MemoryConfig(memory="mlp", optimizer="muon", ns_form="auto")
-    small = {
-        "W1": (torch.zeros(1, H, 3, 8), torch.zeros(1, H, 3, 16)),
-        "W2": (torch.zeros(1, H, 3, 16), torch.zeros(1, H, 3, 8)),
-    }
+    small = [(8, 16), (16, 8)]
     assert not uses_factored_path(cfg, small, torch.device("cpu"))
-    big = {**small, "W2": (torch.zeros(1, H, 3, 32), torch.zeros(1, H, 3, 128))}
-    assert uses_factored_path(cfg, big, torch.device("cpu"))
+    assert uses_factored_path(cfg, [small[0], (32, 128)], torch.device("cpu"))
 
 
 @pytest.mark.parametrize(
@@ -74,7 +66,7 @@ def test_auto_reads_the_largest_weight():
 def test_explicit_forms_ignore_the_size(kwargs, factored):
     cfg = MemoryConfig(memory="linear", optimizer="muon", **kwargs)
     for out, inp in ((4, 4), (64, 128)):
-        assert uses_factored_path(cfg, _factors(out, inp), torch.device("cpu")) is factored
+        assert uses_factored_path(cfg, [(out, inp)], torch.device("cpu")) is factored
 
 
 @pytest.mark.parametrize(

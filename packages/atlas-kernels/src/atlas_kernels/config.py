@@ -120,7 +120,7 @@ class MemoryConfig:
             (`newton_schulz_gram`). "materialise": per-token momenta, every step on the r x n iterate (the
             Triton sub-op where it applies). "auto": the chunk op takes "materialise" on a CPU when every weight
             Muon updates has fewer than `muon_lowrank.FACTORED_MIN_WEIGHT` (4096) entries, where its few large
-            products beat the factored path's many small ones (measured 1.4-2x at memory head dims 8-16), and
+            products beat the factored path's many small ones (measured 1.4-1.9x at memory head dim 8), and
             "lowrank" otherwise; the token oracles treat it as "materialise" (docs/muon.md, "Choosing the form").
             The atlas-model Muon presets use "auto".
         muon_polynomial: "token" (default, Muon): every token's momentum gets its own Newton-Schulz polynomial.

@@ -222,7 +222,7 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
         return y, MemoryState(weights={"W": W}, momentum=None, halo_k=wk[:, :, wk.shape[2] :],
                               halo_v=wv[:, :, wv.shape[2] :], halo_gamma=wg[:, :, wg.shape[2] :])  # fmt: skip
     factors, f0 = _gradient_factors(wk, fk, wv, state, params, cfg)
-    if cfg.optimizer == "muon" and uses_factored_path(cfg, factors, qc.device):
+    if cfg.optimizer == "muon" and uses_factored_path(cfg, _weight_shapes(factors), qc.device):
         y, weights, momentum = lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target)
     elif cfg.optimizer == "muon":
         y, weights, momentum = _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target)
@@ -315,6 +315,11 @@ def _dual_end_coefficients(state, name, signal, last, A_L):
         tail = coef[:, :, coef.shape[2] - n_tail :] + contrib[:, :, halo - n_tail : halo]
         coef = torch.cat([coef[:, :, : coef.shape[2] - n_tail], tail], dim=2)
     return torch.cat([coef, contrib[:, :, halo:]], dim=2)
+
+
+def _weight_shapes(factors) -> list[tuple[int, int]]:
+    """(out, in) of each weight from its gradient factors {name: (signal [..., out], layer input [..., in])}."""
+    return [(signal.shape[-1], z.shape[-1]) for signal, z in factors.values()]
 
 
 def _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target=None):

@@ -15,6 +15,7 @@ Same values as `chunk._muon_chunk` up to rounding; the outer backward is autogra
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -27,20 +28,19 @@ from atlas_kernels.ops.newton_schulz.spectral import ns_polynomial_spectral
 
 # ns_form="auto" on a CPU: the factored path from this many entries of the largest weight Muon updates. Below it the
 # materialising path's few large products beat the factored path's many small ones (docs/muon.md, "Choosing the
-# form": 1.4-2x at memory head dims 8-16, e.g. 16 x 45 weights; from 4,096 entries the factored path won at 4 of 5
-# measured shapes, 1.1-2.3x).
+# form", benchmarks/muon_forms.md: 1.4-1.9x at memory head dim 8 / expansion 2, a 16 x 45 weight; from 4,096
+# entries the factored path won at 5 of 6 measured shapes, 1.1-2.5x).
 FACTORED_MIN_WEIGHT = 4096
 
 
-def uses_factored_path(cfg: MemoryConfig, factors: dict, device: torch.device) -> bool:
-    """Whether a Muon chunk runs here (True) or in `chunk._muon_chunk` (per-token momenta), for the layer factors
-    {name: (signal [B, H, N, out], layer input [B, H, N, in])} of the chunk."""
+def uses_factored_path(cfg: MemoryConfig, weight_shapes: Iterable[tuple[int, int]], device: torch.device) -> bool:
+    """Whether a Muon chunk runs here (True) or in `chunk._muon_chunk` (per-token momenta), for the (out, in)
+    shapes of the weights Muon updates."""
     if cfg.muon_polynomial == "chunk" or cfg.ns_form == "lowrank":
         return True
     if cfg.ns_form != "auto":
         return False
-    largest = max(signal.shape[-1] * z.shape[-1] for signal, z in factors.values())
-    return device.type != "cpu" or largest >= FACTORED_MIN_WEIGHT
+    return device.type != "cpu" or max(o * i for o, i in weight_shapes) >= FACTORED_MIN_WEIGHT
 
 
 @dataclass
