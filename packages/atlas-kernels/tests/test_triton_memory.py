@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from atlas_kernels import MemoryConfig, memory_chunk, memory_naive, memory_naive_chunked
-from atlas_kernels.testing import assert_pieces_match_one_call, assert_results_match, leaf_inputs, rel_err
+from atlas_kernels.testing import assert_empty_input, assert_results_match, assert_state_handoff, leaf_inputs, rel_err
 
 pytest.importorskip("triton")
 from atlas_kernels.ops.memory.triton_linear import memory_chunk_triton  # noqa: E402
@@ -154,18 +154,12 @@ def test_segments_carry_state_and_gradients(case):
 def test_states_interoperate_with_the_torch_op(optimizer):
     """torch -> triton -> torch over three segments and token-by-token decoding == one call."""
     cfg = _cfg("l2", 3, 4, optimizer=optimizer)
-    q, k, v, gates, p = _case(cfg, B=2, T=15, seed=2, requires_grad=False)
-    ops = [memory_chunk, memory_chunk_triton, memory_chunk]
-    cuts = [(0, 3), (3, 9), (9, 13)]  # then decoding token by token through backend="triton"
-    assert_pieces_match_one_call(q, k, v, gates, p, cfg, cuts, 13, 1e-12, ops=ops, decode_backend="triton")
+    assert_state_handoff(memory_chunk_triton, *_case(cfg, B=2, T=15, seed=2, requires_grad=False), cfg)
 
 
 def test_empty_sequence_returns_the_state():
     cfg = _cfg("l2", 2, 4)
-    q, k, v, gates, p = _case(cfg, T=0)
-    o, s = memory_chunk_triton(q, k, v, gates, p, cfg)
-    assert o.shape == (1, 0, H, 4)
-    torch.testing.assert_close(s.weights["W"], p["W"].expand(1, *p["W"].shape))
+    assert_empty_input(memory_chunk_triton, *_case(cfg, T=0), cfg)
 
 
 def test_linear_gpu_check_helper_runs_on_cpu():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from atlas_kernels import MemoryConfig, api, memory_chunk, memory_naive, memory_naive_chunked
-from atlas_kernels.testing import assert_pieces_match_one_call, assert_results_match, leaf_inputs, rel_err
+from atlas_kernels.testing import assert_empty_input, assert_results_match, assert_state_handoff, leaf_inputs, rel_err
 
 pytest.importorskip("triton")
 from atlas_kernels.ops.memory.triton_mlp import memory_chunk_triton_mlp  # noqa: E402
@@ -154,19 +154,13 @@ def test_segments_carry_state_and_gradients(optimizer, memory):
 def test_states_interoperate_with_the_torch_op(optimizer, memory):
     """torch -> triton -> torch over three segments, then decoding through backend="triton" == one call."""
     cfg = _cfg(optimizer, 3, 4, memory)
-    q, k, v, gates, p = _case(cfg, B=2, T=15, seed=2, eta_scale=0.5, requires_grad=False)
-    ops = [memory_chunk, memory_chunk_triton_mlp, memory_chunk]
-    cuts = [(0, 3), (3, 9), (9, 13)]  # then decoding token by token through backend="triton"
-    assert_pieces_match_one_call(q, k, v, gates, p, cfg, cuts, 13, 1e-12, ops=ops, decode_backend="triton")
+    args = _case(cfg, B=2, T=15, seed=2, eta_scale=0.5, requires_grad=False)
+    assert_state_handoff(memory_chunk_triton_mlp, *args, cfg)
 
 
 def test_empty_sequence_returns_the_state():
     cfg = _cfg("momentum", 2, 4)
-    q, k, v, gates, p = _case(cfg, T=0)
-    o, s = memory_chunk_triton_mlp(q, k, v, gates, p, cfg)
-    assert o.shape == (1, 0, H, 4)
-    torch.testing.assert_close(s.weights["W1"], p["W1"].expand(1, *p["W1"].shape))
-    assert not s.momentum["W2"].any()
+    assert_empty_input(memory_chunk_triton_mlp, *_case(cfg, T=0), cfg)
 
 
 def test_dispatch():

@@ -268,3 +268,26 @@ def assert_pieces_match_one_call(
     for name in full:
         err = rel_err(full[name], pieces[name])
         assert err < tol, f"state {name} differs: {err:.3e}"
+
+
+def assert_state_handoff(op, q, k, v, gates, params, cfg: MemoryConfig, tol: float = 1e-12):
+    """States handed between the torch op and a Triton op `op` (`memory_chunk`'s signature): `memory_chunk`, `op`,
+    `memory_chunk` over tokens [0, 3), [3, 9), [9, 13), then token by token through backend="triton", == one
+    `memory_chunk` call (`assert_pieces_match_one_call`). Needs T > 13."""
+    from atlas_kernels.api import memory_chunk
+
+    ops = [memory_chunk, op, memory_chunk]
+    cuts = [(0, 3), (3, 9), (9, 13)]
+    assert_pieces_match_one_call(q, k, v, gates, params, cfg, cuts, 13, tol, ops=ops, decode_backend="triton")
+
+
+def assert_empty_input(op, q, k, v, gates, params, cfg: MemoryConfig):
+    """`op` over a sequence of no tokens, without an incoming state: an empty output and the initial state (the
+    weights in `params` for every batch row, zero momenta)."""
+    o, s = op(q, k, v, gates, params, cfg)
+    B, T, H, _ = q.shape
+    assert T == 0 and o.shape == (B, 0, H, v.shape[-1])
+    for name, w in s.weights.items():
+        torch.testing.assert_close(w, params[name].expand(B, *params[name].shape))
+    for name, m in (s.momentum or {}).items():
+        assert not m.any(), name

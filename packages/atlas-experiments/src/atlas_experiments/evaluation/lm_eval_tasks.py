@@ -219,6 +219,34 @@ def _write_task(task_dir: Path, cache_dir: Path, config: dict[str, Any], docs: l
     (task_dir / f"{config['task']}.yaml").write_text(yaml.safe_dump(full, sort_keys=False), encoding="utf-8")
 
 
+# The three offline tasks' lm-eval configs (without the name and data files, which `_write_task` adds).
+_MEAN_ACC = {"aggregation": "mean", "higher_is_better": True}
+OFFLINE_TASKS: dict[str, dict[str, Any]] = {
+    "atlas_lastword": {
+        "output_type": "loglikelihood",
+        "doc_to_text": "{{context}}",
+        "doc_to_target": "{{' ' + target}}",
+        "metric_list": [
+            {"metric": "perplexity", "aggregation": "perplexity", "higher_is_better": False},
+            {"metric": "acc", **_MEAN_ACC},
+        ],
+    },
+    "atlas_cloze": {
+        "output_type": "multiple_choice",
+        "doc_to_text": "{{context}}",
+        "doc_to_choice": "{{choices}}",
+        "doc_to_target": "{{answer}}",
+        "metric_list": [{"metric": "acc", **_MEAN_ACC}, {"metric": "acc_norm", **_MEAN_ACC}],
+    },
+    "atlas_rolling_ppl": {
+        "output_type": "loglikelihood_rolling",
+        "doc_to_text": "",
+        "doc_to_target": "{{text}}",
+        "metric_list": [{"metric": "word_perplexity"}, {"metric": "byte_perplexity"}, {"metric": "bits_per_byte"}],
+    },
+}
+
+
 def write_offline_tasks(
     task_dir: str | Path,
     texts: Sequence[str],
@@ -259,50 +287,10 @@ def write_offline_tasks(
         docs = [docs[i] for i in sorted(rng.sample(range(len(docs)), max_docs))]
     rolling = [{"text": t} for t in docs]
 
-    _write_task(
-        task_dir,
-        cache_dir,
-        {
-            "task": "atlas_lastword",
-            "output_type": "loglikelihood",
-            "doc_to_text": "{{context}}",
-            "doc_to_target": "{{' ' + target}}",
-            "metric_list": [
-                {"metric": "perplexity", "aggregation": "perplexity", "higher_is_better": False},
-                {"metric": "acc", "aggregation": "mean", "higher_is_better": True},
-            ],
-        },
-        lastword,
-    )
-    _write_task(
-        task_dir,
-        cache_dir,
-        {
-            "task": "atlas_cloze",
-            "output_type": "multiple_choice",
-            "doc_to_text": "{{context}}",
-            "doc_to_choice": "{{choices}}",
-            "doc_to_target": "{{answer}}",
-            "metric_list": [
-                {"metric": "acc", "aggregation": "mean", "higher_is_better": True},
-                {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True},
-            ],
-        },
-        cloze,
-    )
-    _write_task(
-        task_dir,
-        cache_dir,
-        {
-            "task": "atlas_rolling_ppl",
-            "output_type": "loglikelihood_rolling",
-            "doc_to_text": "",
-            "doc_to_target": "{{text}}",
-            "metric_list": [{"metric": "word_perplexity"}, {"metric": "byte_perplexity"}, {"metric": "bits_per_byte"}],
-        },
-        rolling,
-    )
-    return {"atlas_lastword": len(lastword), "atlas_cloze": len(cloze), "atlas_rolling_ppl": len(rolling)}
+    task_docs = {"atlas_lastword": lastword, "atlas_cloze": cloze, "atlas_rolling_ppl": rolling}
+    for name, docs_of_task in task_docs.items():
+        _write_task(task_dir, cache_dir, {"task": name, **OFFLINE_TASKS[name]}, docs_of_task)
+    return {name: len(d) for name, d in task_docs.items()}
 
 
 def validate_tasks(task_dir: str | Path | None, names: Sequence[str], include_defaults: bool = False) -> dict[str, int]:

@@ -15,14 +15,12 @@ from atlas_kernels.ops.memory.triton_stages import (
     chunk_span,
     load_gates,
     load_rows,
-    load_window_gate,
-    load_window_rows,
+    load_window,
     log_decay,
     log_decay_bwd,
     momentum_decay,
     store_rows,
     window_band,
-    window_source,
 )
 from atlas_kernels.ops.triton_common import dot
 
@@ -30,28 +28,33 @@ from atlas_kernels.ops.triton_common import dot
 @triton.jit
 def _load_chunk(
     q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
-    i_b, i_h, s, tok, valid, T, H, K, V, HALO, rk, rv,
-    BH: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    MOMENTUM: tl.constexpr, HAS_HALO: tl.constexpr, ACC: tl.constexpr,
+    i_b, i_h, s, tok, valid, last, T, H, K, V, HALO, rk, rv, gate_eps,
+    BT: tl.constexpr, BH: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    MOMENTUM: tl.constexpr, HAS_HALO: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    """The chunk's q, k, v and gates, and the halo's k, v, gamma (read from the sequence, or from the incoming
-    state before the sequence start; all zero without a halo)."""
+    """The chunk's q, k, v and gates alpha, eta, theta, the halo's k and v (read from the sequence, or from the
+    incoming state before the sequence start; all zero without a halo), then the chunk's `_coefficients`."""
     q = load_rows(q_ptr, tok, valid, rk, K, ACC)
     k = load_rows(k_ptr, tok, valid, rk, K, ACC)
     v = load_rows(v_ptr, tok, valid, rv, V, ACC)
     alpha, eta, theta = load_gates(a_ptr, e_ptr, th_ptr, tok, valid, MOMENTUM, ACC)
     gamma = tl.load(g_ptr + tok, mask=valid, other=0.0).to(ACC)
     if HAS_HALO:
-        hr = tl.arange(0, BH)
-        htok, sidx, in_seq, in_state = window_source(hr, s, HALO, T, H, HALO, i_b, i_h)
-        halo_k = load_window_rows(k_ptr, halo_k_ptr, htok, sidx, in_seq, in_state, rk, K, ACC)
-        halo_v = load_window_rows(v_ptr, halo_v_ptr, htok, sidx, in_seq, in_state, rv, V, ACC)
-        halo_gamma = load_window_gate(g_ptr, halo_gamma_ptr, htok, sidx, in_seq, in_state, ACC)
+        halo_k, halo_v, halo_gamma = load_window(
+            k_ptr, v_ptr, g_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
+            tl.arange(0, BH), s, HALO, T, H, HALO, i_b, i_h, rk, rv, K, V, ACC,
+        )  # fmt: skip
     else:
         halo_k = tl.zeros((BH, BK), dtype=ACC)
         halo_v = tl.zeros((BH, BV), dtype=ACC)
         halo_gamma = tl.zeros((BH,), dtype=ACC)
-    return q, k, v, alpha, eta, theta, gamma, halo_k, halo_v, halo_gamma
+    A, A_L, LA, E, band_c, band_h, Gc, Gh, Meta, wl, rr, P, P_L, Th_L, Th, LT, Q, qL, ET = _coefficients(
+        alpha, eta, theta, gamma, halo_gamma, last, HALO, gate_eps, BT, BH, MOMENTUM, PREC
+    )
+    return (
+        q, k, v, alpha, eta, theta, halo_k, halo_v,
+        A, A_L, LA, E, band_c, band_h, Gc, Gh, Meta, wl, rr, P, P_L, Th_L, Th, LT, Q, qL, ET,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -201,6 +204,20 @@ def _part_bwd(
 
 
 @triton.jit
+def _program_tile(H, K, V, BK: tl.constexpr, BV: tl.constexpr):
+    """What a program of either kernel owns: value block i_v of (batch, head) i_bh = i_b H + i_h, i.e. the [BV, BK]
+    tile (key indices rk, value indices rv) of the state; the tile's mask, its offsets in one [V, K] matrix and in
+    the [B, H, V, K] state tensors."""
+    i_v = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    rk = tl.arange(0, BK)
+    rv = i_v * BV + tl.arange(0, BV)
+    wmask = (rv[:, None] < V) & (rk[None, :] < K)
+    w_off = rv[:, None] * K + rk[None, :]
+    return i_v, i_bh, i_bh // H, i_bh % H, rk, rv, wmask, w_off, i_bh.to(tl.int64) * V * K + w_off
+
+
+@triton.jit
 def _linear_fwd_kernel(
     q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
     w0_ptr, s_w0b, s_w0h, s0_ptr, s_s0b, s_s0h,
@@ -210,14 +227,7 @@ def _linear_fwd_kernel(
     L2: tl.constexpr, DECAY_FIRST: tl.constexpr, MOMENTUM: tl.constexpr, HAS_HALO: tl.constexpr,
     ACC: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    i_v = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    rk = tl.arange(0, BK)
-    rv = i_v * BV + tl.arange(0, BV)
-    wmask = (rv[:, None] < V) & (rk[None, :] < K)
-    w_off = rv[:, None] * K + rk[None, :]
+    i_v, i_bh, i_b, i_h, rk, rv, wmask, w_off, bh_off = _program_tile(H, K, V, BK, BV)
     W = tl.load(w0_ptr + i_b.to(tl.int64) * s_w0b + i_h * s_w0h + w_off, mask=wmask, other=0.0).to(ACC)
     if MOMENTUM:
         S = tl.load(s0_ptr + i_b.to(tl.int64) * s_s0b + i_h * s_s0h + w_off, mask=wmask, other=0.0).to(ACC)
@@ -226,13 +236,11 @@ def _linear_fwd_kernel(
         s, L, tok, valid, last = chunk_span(i_t, CHUNK, T, H, i_b, i_h, rows)
         state_off = (i_bh.to(tl.int64) * NT + i_t) * V * K + w_off
         tl.store(h0_ptr + state_off, W, mask=wmask)
-        q, k, v, alpha, eta, theta, gamma, halo_k, halo_v, halo_gamma = _load_chunk(
-            q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
-            i_b, i_h, s, tok, valid, T, H, K, V, HALO, rk, rv, BH, BK, BV, MOMENTUM, HAS_HALO, ACC,
+        (q, k, v, alpha, eta, theta, halo_k, halo_v,
+         A, A_L, LA, E, band_c, band_h, Gc, Gh, Meta, wl, rr, P, P_L, Th_L, Th, LT, Q, qL, ET) = _load_chunk(
+            q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr, i_b, i_h, s, tok,
+            valid, last, T, H, K, V, HALO, rk, rv, gate_eps, BT, BH, BK, BV, MOMENTUM, HAS_HALO, ACC, PREC,
         )  # fmt: skip
-        A, A_L, LA, E, band_c, band_h, Gc, Gh, Meta, wl, rr, P, P_L, Th_L, Th, LT, Q, qL, ET = _coefficients(
-            alpha, eta, theta, gamma, halo_gamma, last, HALO, gate_eps, BT, BH, MOMENTUM, PREC
-        )
         y = A[:, None] * dot(q, tl.trans(W), PREC)
         if MOMENTUM:
             tl.store(hs0_ptr + state_off, S, mask=wmask)
@@ -251,9 +259,18 @@ def _linear_fwd_kernel(
             S = Th_L * S + mom
         else:
             W = A_L * W - upd
-    tl.store(wt_ptr + i_bh.to(tl.int64) * V * K + w_off, W, mask=wmask)
+    tl.store(wt_ptr + bh_off, W, mask=wmask)
     if MOMENTUM:
-        tl.store(st_ptr + i_bh.to(tl.int64) * V * K + w_off, S, mask=wmask)
+        tl.store(st_ptr + bh_off, S, mask=wmask)
+
+
+@triton.jit
+def _state_grad(ptr, off, mask, PRESENT: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, ACC: tl.constexpr):
+    """The program's tile of a gradient of a returned state (final or resume), zeros where autograd gave none."""
+    if PRESENT:
+        return tl.load(ptr + off, mask=mask, other=0.0).to(ACC)
+    else:
+        return tl.zeros((BV, BK), dtype=ACC)
 
 
 @triton.jit
@@ -268,30 +285,14 @@ def _linear_bwd_kernel(
     HAS_DWT: tl.constexpr, HAS_DWR: tl.constexpr, HAS_DST: tl.constexpr, HAS_DSR: tl.constexpr,
     ACC: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    i_v = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    rk = tl.arange(0, BK)
-    rv = i_v * BV + tl.arange(0, BV)
+    i_v, i_bh, i_b, i_h, rk, rv, wmask, w_off, bh_off = _program_tile(H, K, V, BK, BV)
     rows = tl.arange(0, BT)
     hr = tl.arange(0, BH)
-    wmask = (rv[:, None] < V) & (rk[None, :] < K)
-    w_off = rv[:, None] * K + rk[None, :]
-    bh_off = i_bh.to(tl.int64) * V * K + w_off
-    if HAS_DWT:
-        dW = tl.load(dwt_ptr + bh_off, mask=wmask, other=0.0).to(ACC)
-    else:
-        dW = tl.zeros((BV, BK), dtype=ACC)
-    if HAS_DWR:
-        dWR = tl.load(dwr_ptr + bh_off, mask=wmask, other=0.0).to(ACC)
+    dW = _state_grad(dwt_ptr, bh_off, wmask, HAS_DWT, BV, BK, ACC)
+    dWR = _state_grad(dwr_ptr, bh_off, wmask, HAS_DWR, BV, BK, ACC)
     if MOMENTUM:
-        if HAS_DST:
-            dS = tl.load(dst_ptr + bh_off, mask=wmask, other=0.0).to(ACC)
-        else:
-            dS = tl.zeros((BV, BK), dtype=ACC)
-        if HAS_DSR:
-            dSR = tl.load(dsr_ptr + bh_off, mask=wmask, other=0.0).to(ACC)
+        dS = _state_grad(dst_ptr, bh_off, wmask, HAS_DST, BV, BK, ACC)
+        dSR = _state_grad(dsr_ptr, bh_off, wmask, HAS_DSR, BV, BK, ACC)
     else:
         dS = dW  # never read without momentum
     for t in range(NT):
@@ -299,13 +300,11 @@ def _linear_bwd_kernel(
         s, L, tok, valid, last = chunk_span(i_t, CHUNK, T, H, i_b, i_h, rows)
         state_off = (i_bh.to(tl.int64) * NT + i_t) * V * K + w_off
         W = tl.load(h0_ptr + state_off, mask=wmask, other=0.0).to(ACC)
-        q, k, v, alpha, eta, theta, gamma, halo_k, halo_v, halo_gamma = _load_chunk(
-            q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
-            i_b, i_h, s, tok, valid, T, H, K, V, HALO, rk, rv, BH, BK, BV, MOMENTUM, HAS_HALO, ACC,
+        (q, k, v, alpha, eta, theta, halo_k, halo_v,
+         A, A_L, LA, E, band_c, band_h, Gc, Gh, Meta, wl, rr, P, P_L, Th_L, Th, LT, Q, qL, ET) = _load_chunk(
+            q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr, i_b, i_h, s, tok,
+            valid, last, T, H, K, V, HALO, rk, rv, gate_eps, BT, BH, BK, BV, MOMENTUM, HAS_HALO, ACC, PREC,
         )  # fmt: skip
-        A, A_L, LA, E, band_c, band_h, Gc, Gh, Meta, wl, rr, P, P_L, Th_L, Th, LT, Q, qL, ET = _coefficients(
-            alpha, eta, theta, gamma, halo_gamma, last, HALO, gate_eps, BT, BH, MOMENTUM, PREC
-        )
         dy = load_rows(dy_ptr, tok, valid, rv, V, ACC)
         qW = dot(q, tl.trans(W), PREC)
         # y = A qW (- P qS) - dual;  W_L = A_L W (- P_L S) - upd;  S_L = Th_L S + mom

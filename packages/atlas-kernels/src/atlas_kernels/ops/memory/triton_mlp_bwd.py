@@ -32,12 +32,13 @@ import triton.language as tl
 from atlas_kernels.ops.memory.triton_mlp_kernels import (
     _layer_norm,
     _ln_bwd,
-    _ln_params,
     _load_chunk,
+    _program_head,
     _read_block,
-    _read_out_block,
+    _retrieval,
     _side_tiles,
     _signal,
+    _slot_offsets,
     _start_block,
 )
 from atlas_kernels.ops.memory.triton_stages import chunk_span, load_rows, store_rows
@@ -103,40 +104,29 @@ def _mlp_bwd_kernel(
     L2: tl.constexpr, MOMENTUM: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, SILU: tl.constexpr,
     GATED: tl.constexpr, INIT: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    i_bh = tl.program_id(0)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    rows = tl.arange(0, BT)
-    rw = tl.arange(0, BW)
-    rk = tl.arange(0, BK)
-    rv = tl.arange(0, BV)
-    rd = tl.arange(0, BD)
+    i_bh, i_b, i_h, rows, rw, rk, rv, rd, vmask, lnw, lnb, ibase1, ibase2 = _program_head(
+        lnw_ptr, lnb_ptr, H, K, V, DH, BT, BW, BK, BV, BD, NORM, ACC
+    )
     kmask = rk < K
-    vmask = rv < V
-    lnw, lnb = _ln_params(lnw_ptr, lnb_ptr, i_h, V, rv, NORM, ACC)
     dlnw = tl.zeros((BV,), dtype=ACC)
     dlnb = tl.zeros((BV,), dtype=ACC)
     scr = scr_ptr + i_bh.to(tl.int64) * BW * DH  # per program: the part of dl/da0 (and dl/dgate) pass 3 knows
     scg = scg_ptr + i_bh.to(tl.int64) * BW * DH
     rbase1 = i_bh.to(tl.int64) * V * DH  # [B, H, ...] tensors: resume gradients, W_init gradients
     rbase2 = i_bh.to(tl.int64) * DH * K
-    ibase1 = i_h.to(tl.int64) * V * DH  # W_init [H, ...]
-    ibase2 = i_h.to(tl.int64) * DH * K
     for i_r in range(NT):
         i_t = NT - 1 - i_r
         first = i_r == 0  # the last chunk: its start state was also returned (resume), add that gradient
+        base1, base2 = _slot_offsets(i_bh, i_t, NT + 1, K, V, DH)
+        # the two state-gradient slots swap roles every chunk: this chunk's end is the previous one's start
+        g_end = i_r % 2
+        gend1, gend2 = _slot_offsets(i_bh, g_end, 2, K, V, DH)
+        gst1, gst2 = _slot_offsets(i_bh, 1 - g_end, 2, K, V, DH)
         s, L, tok, valid, last = chunk_span(i_t, CHUNK, T, H, i_b, i_h, rows)
         q, wk, wv, C, cl, A, A_L, P, P_L, r, Th_L = _load_chunk(
             q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
             i_b, i_h, s, L, tok, valid, last, T, H, K, V, HALO, rows, rw, rk, rv, gate_eps, MOMENTUM, ACC, PREC,
         )  # fmt: skip
-        base1 = (i_bh.to(tl.int64) * (NT + 1) + i_t) * V * DH
-        base2 = (i_bh.to(tl.int64) * (NT + 1) + i_t) * DH * K
-        g_end = i_r % 2
-        gend1 = (i_bh.to(tl.int64) * 2 + g_end) * V * DH
-        gend2 = (i_bh.to(tl.int64) * 2 + g_end) * DH * K
-        gst1 = (i_bh.to(tl.int64) * 2 + 1 - g_end) * V * DH
-        gst2 = (i_bh.to(tl.int64) * 2 + 1 - g_end) * DH * K
 
         # pass 1
         eb, e, yh0, inv0 = _signal(wk, wv, w1_ptr, w2_ptr, w3_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps,
@@ -145,25 +135,11 @@ def _mlp_bwd_kernel(
         CK = C * QK
 
         # pass 2: the retrieval again, and the end-state gradients against h0
-        yb = tl.zeros((BT, BV), dtype=ACC)
-        scores = tl.zeros((BT, BW), dtype=ACC)
-        X1 = tl.zeros((BW, BV), dtype=ACC)
-        Y1 = tl.zeros((BW, BV), dtype=ACC)
-        for d0 in range(0, DH, BD):
-            rdd, dmask, off1, m1, off2, m2, W1b, W2b, h0, hs, d1, d2, g0 = _start_block(
-                d0, rd, rk, rv, K, V, DH, wk, w1_ptr, w2_ptr, w3_ptr, base1, base2, GATED, SILU, PREC
-            )
-            dh, u2, u3, sa, dqa, gt, hq, qW2, qS2, qW3, qS3 = _read_block(
-                q, CK, eb, W1b, hs, d1, g0, A, P, w2_ptr, s2_ptr, wi2_ptr, w3_ptr, s3_ptr, wi3_ptr, base2, ibase2,
-                off2, m2, MOMENTUM, INIT, SILU, GATED, PREC,
-            )  # fmt: skip
-            yb, scores, Wi1b, S1b = _read_out_block(
-                yb, scores, hq, h0, W1b, A, P, wi1_ptr, s1_ptr, ibase1, base1, off1, m1, MOMENTUM, INIT, ACC, PREC
-            )
-            X1 += dot(h0, tl.trans(tl.load(gw1_ptr + gend1 + off1, mask=m1, other=0.0)), PREC)
-            if MOMENTUM:
-                Y1 += dot(h0, tl.trans(tl.load(gs1_ptr + gend1 + off1, mask=m1, other=0.0)), PREC)
-        yb -= dot(C * scores, eb, PREC)
+        yb, scores, X1, Y1 = _retrieval(
+            q, wk, eb, C, CK, cl, r, A, A_L, P, P_L, Th_L, w1_ptr, w2_ptr, w3_ptr, s1_ptr, s2_ptr, s3_ptr,
+            wi1_ptr, wi2_ptr, wi3_ptr, gw1_ptr, gs1_ptr, base1, base2, ibase1, ibase2, gend1, rd, rk, rv, K, V, DH,
+            BT, BW, BV, BD, MOMENTUM, INIT, SILU, GATED, False, ACC, PREC,
+        )  # fmt: skip
         dy = load_rows(dy_ptr, tok, valid, rv, V, ACC)
         if RESIDUAL:
             dq = dy

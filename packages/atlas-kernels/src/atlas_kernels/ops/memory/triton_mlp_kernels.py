@@ -15,13 +15,11 @@ from atlas_kernels.ops.memory.triton_stages import (
     chunk_span,
     load_gates,
     load_rows,
-    load_window_gate,
-    load_window_rows,
+    load_window,
     log_decay,
     momentum_decay,
     store_rows,
     window_band,
-    window_source,
 )
 from atlas_kernels.ops.triton_common import dot
 
@@ -88,10 +86,10 @@ def _load_chunk(
     sequence start come from the incoming state's halo) and its coefficients (`_coefficients`)."""
     q = load_rows(q_ptr, tok, valid, rk, K, ACC)
     alpha, eta, theta = load_gates(a_ptr, e_ptr, th_ptr, tok, valid, MOMENTUM, ACC)
-    wtok, sidx, in_seq, in_state = window_source(rw, s, HALO + L, T, H, HALO, i_b, i_h)
-    wk = load_window_rows(k_ptr, halo_k_ptr, wtok, sidx, in_seq, in_state, rk, K, ACC)
-    wv = load_window_rows(v_ptr, halo_v_ptr, wtok, sidx, in_seq, in_state, rv, V, ACC)
-    wg = load_window_gate(g_ptr, halo_gamma_ptr, wtok, sidx, in_seq, in_state, ACC)
+    wk, wv, wg = load_window(
+        k_ptr, v_ptr, g_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
+        rw, s, HALO + L, T, H, HALO, i_b, i_h, rk, rv, K, V, ACC,
+    )  # fmt: skip
     C, cl, A, A_L, P, P_L, r, Th_L = _coefficients(
         alpha, eta, theta, wg, rows, rw, last, HALO, gate_eps, MOMENTUM, PREC
     )
@@ -123,6 +121,14 @@ def _coefficients(alpha, eta, theta, wg, rows, rw, last, HALO, gate_eps, MOMENTU
     C = dot(Meta, G, PREC)
     cl = tl.sum(tl.where(last[:, None], C, 0.0), axis=0)
     return C, cl, A, A_L, P, P_L, r, Th_L
+
+
+@triton.jit
+def _slot_offsets(i_bh, slot, slots, K, V, DH):
+    """Offsets of slot `slot` of (batch, head) i_bh in [B, H, slots, ...] state buffers: in those of W1 [V, Dh] and
+    in those of W2 / W3 [Dh, K]."""
+    row = i_bh.to(tl.int64) * slots + slot
+    return row * V * DH, row * DH * K
 
 
 @triton.jit
@@ -279,6 +285,74 @@ def _signal(wk, wv, w1_ptr, w2_ptr, w3_ptr, base1, base2, lnw, lnb, K, V, DH, no
 
 
 @triton.jit
+def _retrieval(
+    q, wk, eb, C, CK, cl, r, A, A_L, P, P_L, Th_L, w1_ptr, w2_ptr, w3_ptr, s1_ptr, s2_ptr, s3_ptr,
+    wi1_ptr, wi2_ptr, wi3_ptr, gw1_ptr, gs1_ptr, base1, base2, ibase1, ibase2, gend1, rd, rk, rv, K, V, DH,
+    BT: tl.constexpr, BW: tl.constexpr, BV: tl.constexpr, BD: tl.constexpr, MOMENTUM: tl.constexpr,
+    INIT: tl.constexpr, SILU: tl.constexpr, GATED: tl.constexpr, END_STATE: tl.constexpr, ACC: tl.constexpr,
+    PREC: tl.constexpr,
+):  # fmt: skip
+    """The dual-form retrieval of the chunk from its start state, one hidden block at a time: the read-out yb
+    [BT, BV] before the memory LayerNorm, and the scores. Each block's tiles are used while loaded: with
+    END_STATE (the forward) to write the next start state, otherwise (the backward's recompute) to meet the
+    gradients of the next start state of W1 (gw1 / gs1 at gend1) with h0: X1 = h0 dW1n^T, Y1 = h0 dS1n^T (zeros
+    in the forward)."""
+    yb = tl.zeros((BT, BV), dtype=ACC)
+    scores = tl.zeros((BT, BW), dtype=ACC)
+    X1 = tl.zeros((BW, BV), dtype=ACC)
+    Y1 = tl.zeros((BW, BV), dtype=ACC)
+    for d0 in range(0, DH, BD):
+        rdd, dmask, off1, m1, off2, m2, W1b, W2b, h0, hs, d1, d2, g0 = _start_block(
+            d0, rd, rk, rv, K, V, DH, wk, w1_ptr, w2_ptr, w3_ptr, base1, base2, GATED, SILU, PREC
+        )
+        dh, u2, u3, sa, dqa, gt, hq, qW2, qS2, qW3, qS3 = _read_block(
+            q, CK, eb, W1b, hs, d1, g0, A, P, w2_ptr, s2_ptr, wi2_ptr, w3_ptr, s3_ptr, wi3_ptr, base2, ibase2,
+            off2, m2, MOMENTUM, INIT, SILU, GATED, PREC,
+        )  # fmt: skip
+        yb, scores, Wi1b, S1b = _read_out_block(
+            yb, scores, hq, h0, W1b, A, P, wi1_ptr, s1_ptr, ibase1, base1, off1, m1, MOMENTUM, INIT, ACC, PREC
+        )
+        if END_STATE:
+            # the next start state (slot i + 1): W1 with signal eb and input h0, W2 and W3 with u2, u3 and k
+            _end_block(W1b, Wi1b, S1b, eb, h0, cl, r, A_L, P_L, Th_L, w1_ptr, s1_ptr, base1 + V * DH + off1, m1,
+                       MOMENTUM, INIT, PREC)  # fmt: skip
+            Wi2b, S2b = _side_tiles(wi2_ptr, s2_ptr, ibase2, base2, off2, m2, W2b, MOMENTUM, INIT, ACC)
+            _end_block(W2b, Wi2b, S2b, u2, wk, cl, r, A_L, P_L, Th_L, w2_ptr, s2_ptr, base2 + DH * K + off2, m2,
+                       MOMENTUM, INIT, PREC)  # fmt: skip
+            if GATED:
+                W3b = tl.load(w3_ptr + base2 + off2, mask=m2, other=0.0)
+                Wi3b, S3b = _side_tiles(wi3_ptr, s3_ptr, ibase2, base2, off2, m2, W3b, MOMENTUM, INIT, ACC)
+                _end_block(W3b, Wi3b, S3b, u3, wk, cl, r, A_L, P_L, Th_L, w3_ptr, s3_ptr, base2 + DH * K + off2,
+                           m2, MOMENTUM, INIT, PREC)  # fmt: skip
+        else:
+            X1 += dot(h0, tl.trans(tl.load(gw1_ptr + gend1 + off1, mask=m1, other=0.0)), PREC)
+            if MOMENTUM:
+                Y1 += dot(h0, tl.trans(tl.load(gs1_ptr + gend1 + off1, mask=m1, other=0.0)), PREC)
+    yb -= dot(C * scores, eb, PREC)
+    return yb, scores, X1, Y1
+
+
+@triton.jit
+def _program_head(
+    lnw_ptr, lnb_ptr, H, K, V, DH,
+    BT: tl.constexpr, BW: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BD: tl.constexpr,
+    NORM: tl.constexpr, ACC: tl.constexpr,
+):  # fmt: skip
+    """What a program of either kernel owns: (batch, head) i_bh = i_b H + i_h; the indices of the chunk rows, window
+    rows, keys, values and of a hidden block; the value mask; the head's LayerNorm parameters; the offsets of its
+    W_init in the [H, ...] buffers of W1 and of W2 / W3."""
+    i_bh = tl.program_id(0)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    rv = tl.arange(0, BV)
+    lnw, lnb = _ln_params(lnw_ptr, lnb_ptr, i_h, V, rv, NORM, ACC)
+    return (
+        i_bh, i_b, i_h, tl.arange(0, BT), tl.arange(0, BW), tl.arange(0, BK), rv, tl.arange(0, BD), rv < V,
+        lnw, lnb, i_h.to(tl.int64) * V * DH, i_h.to(tl.int64) * DH * K,
+    )  # fmt: skip
+
+
+@triton.jit
 def _mlp_fwd_kernel(
     q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr, lnw_ptr, lnb_ptr,
     w1_ptr, w2_ptr, w3_ptr, s1_ptr, s2_ptr, s3_ptr, wi1_ptr, wi2_ptr, wi3_ptr, y_ptr,
@@ -290,56 +364,25 @@ def _mlp_fwd_kernel(
     """One program per (batch, head), chunks in sequence; the states live in the global buffers
     [B, H, NT + 1, ...] (slot i: start of chunk i; W3 / S3 share W2's layout). With INIT (decay_target="init")
     every A W_0 becomes A W_0 + (1 - A) W_init, W_init [H, ...] the initial weights (wi*_ptr)."""
-    i_bh = tl.program_id(0)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    rows = tl.arange(0, BT)
-    rw = tl.arange(0, BW)
-    rk = tl.arange(0, BK)
-    rv = tl.arange(0, BV)
-    rd = tl.arange(0, BD)
-    vmask = rv < V
-    lnw, lnb = _ln_params(lnw_ptr, lnb_ptr, i_h, V, rv, NORM, ACC)
-    ibase1 = i_h.to(tl.int64) * V * DH
-    ibase2 = i_h.to(tl.int64) * DH * K
+    i_bh, i_b, i_h, rows, rw, rk, rv, rd, vmask, lnw, lnb, ibase1, ibase2 = _program_head(
+        lnw_ptr, lnb_ptr, H, K, V, DH, BT, BW, BK, BV, BD, NORM, ACC
+    )
     for i_t in range(NT):
         s, L, tok, valid, last = chunk_span(i_t, CHUNK, T, H, i_b, i_h, rows)
         q, wk, wv, C, cl, A, A_L, P, P_L, r, Th_L = _load_chunk(
             q_ptr, k_ptr, v_ptr, a_ptr, e_ptr, g_ptr, th_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
             i_b, i_h, s, L, tok, valid, last, T, H, K, V, HALO, rows, rw, rk, rv, gate_eps, MOMENTUM, ACC, PREC,
         )  # fmt: skip
-        base1 = (i_bh.to(tl.int64) * (NT + 1) + i_t) * V * DH
-        base2 = (i_bh.to(tl.int64) * (NT + 1) + i_t) * DH * K
+        base1, base2 = _slot_offsets(i_bh, i_t, NT + 1, K, V, DH)
         eb, e0, yh0, inv0 = _signal(wk, wv, w1_ptr, w2_ptr, w3_ptr, base1, base2, lnw, lnb, K, V, DH, norm_eps,
                                     rk, rv, rd, BW, BV, BD, L2, NORM, RESIDUAL, SILU, GATED, ACC, PREC)  # fmt: skip
-
-        # dual-form retrieval and the end-of-chunk state, one hidden block at a time
         CK = C * dot(q, tl.trans(wk), PREC)
-        yb = tl.zeros((BT, BV), dtype=ACC)
-        scores = tl.zeros((BT, BW), dtype=ACC)
-        for d0 in range(0, DH, BD):
-            rdd, dmask, off1, m1, off2, m2, W1b, W2b, h0, hs, d1, d2, g0 = _start_block(
-                d0, rd, rk, rv, K, V, DH, wk, w1_ptr, w2_ptr, w3_ptr, base1, base2, GATED, SILU, PREC
-            )
-            dh, u2, u3, sa, dqa, gt, hq, qW2, qS2, qW3, qS3 = _read_block(
-                q, CK, eb, W1b, hs, d1, g0, A, P, w2_ptr, s2_ptr, wi2_ptr, w3_ptr, s3_ptr, wi3_ptr, base2, ibase2,
-                off2, m2, MOMENTUM, INIT, SILU, GATED, PREC,
-            )  # fmt: skip
-            yb, scores, Wi1b, S1b = _read_out_block(
-                yb, scores, hq, h0, W1b, A, P, wi1_ptr, s1_ptr, ibase1, base1, off1, m1, MOMENTUM, INIT, ACC, PREC
-            )
-            # the next start state (slot i + 1) of W1 (signal eb, input h0), W2 and W3 (signals u2, u3, input k)
-            _end_block(W1b, Wi1b, S1b, eb, h0, cl, r, A_L, P_L, Th_L, w1_ptr, s1_ptr, base1 + V * DH + off1, m1,
-                       MOMENTUM, INIT, PREC)  # fmt: skip
-            Wi2b, S2b = _side_tiles(wi2_ptr, s2_ptr, ibase2, base2, off2, m2, W2b, MOMENTUM, INIT, ACC)
-            _end_block(W2b, Wi2b, S2b, u2, wk, cl, r, A_L, P_L, Th_L, w2_ptr, s2_ptr, base2 + DH * K + off2, m2,
-                       MOMENTUM, INIT, PREC)  # fmt: skip
-            if GATED:
-                W3b = tl.load(w3_ptr + base2 + off2, mask=m2, other=0.0)
-                Wi3b, S3b = _side_tiles(wi3_ptr, s3_ptr, ibase2, base2, off2, m2, W3b, MOMENTUM, INIT, ACC)
-                _end_block(W3b, Wi3b, S3b, u3, wk, cl, r, A_L, P_L, Th_L, w3_ptr, s3_ptr, base2 + DH * K + off2, m2,
-                           MOMENTUM, INIT, PREC)  # fmt: skip
-        yb -= dot(C * scores, eb, PREC)
+        # y_ptr and 0 fill the backward's gradient buffers and their offset, never read with END_STATE
+        yb, _, _, _ = _retrieval(
+            q, wk, eb, C, CK, cl, r, A, A_L, P, P_L, Th_L, w1_ptr, w2_ptr, w3_ptr, s1_ptr, s2_ptr, s3_ptr,
+            wi1_ptr, wi2_ptr, wi3_ptr, y_ptr, y_ptr, base1, base2, ibase1, ibase2, 0, rd, rk, rv, K, V, DH,
+            BT, BW, BV, BD, MOMENTUM, INIT, SILU, GATED, True, ACC, PREC,
+        )  # fmt: skip
         if NORM:
             yb, yhy, invy = _layer_norm(yb, lnw, lnb, vmask, V, norm_eps)
         if RESIDUAL:

@@ -84,6 +84,19 @@ def load_window_gate(seq_ptr, halo_ptr, tok, sidx, in_seq, in_state, ACC: tl.con
     return g
 
 
+@triton.jit
+def load_window(
+    k_ptr, v_ptr, g_ptr, halo_k_ptr, halo_v_ptr, halo_gamma_ptr,
+    rw, s, span, T, H, HALO, i_b, i_h, rk, rv, K, V, ACC: tl.constexpr,
+):  # fmt: skip
+    """Keys [BW, BK], values [BW, BV] and gates gamma [BW] of window rows rw (`window_source`)."""
+    tok, sidx, in_seq, in_state = window_source(rw, s, span, T, H, HALO, i_b, i_h)
+    wk = load_window_rows(k_ptr, halo_k_ptr, tok, sidx, in_seq, in_state, rk, K, ACC)
+    wv = load_window_rows(v_ptr, halo_v_ptr, tok, sidx, in_seq, in_state, rv, V, ACC)
+    wg = load_window_gate(g_ptr, halo_gamma_ptr, tok, sidx, in_seq, in_state, ACC)
+    return wk, wv, wg
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # coefficients
 # ----------------------------------------------------------------------------------------------------------------

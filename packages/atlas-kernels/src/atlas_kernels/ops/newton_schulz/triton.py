@@ -43,12 +43,33 @@ def _ns_step(y, ca, cb, cc, PREC: tl.constexpr):
 
 
 @triton.jit
-def _ns_load(ptr, pid, s_b, s_m, s_n, M, N, BM: tl.constexpr, BN: tl.constexpr, ACC: tl.constexpr):
+def _ns_tile(pid, s_b, s_m, s_n, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    """Offsets and mask of matrix pid's padded [BM, BN] tile in a batch with strides (s_b, s_m, s_n)."""
     rm = tl.arange(0, BM)
     rn = tl.arange(0, BN)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
-    offs = pid * s_b + rm[:, None] * s_m + rn[None, :] * s_n
+    return pid * s_b + rm[:, None] * s_m + rn[None, :] * s_n, mask
+
+
+@triton.jit
+def _ns_load(ptr, pid, s_b, s_m, s_n, M, N, BM: tl.constexpr, BN: tl.constexpr, ACC: tl.constexpr):
+    offs, mask = _ns_tile(pid, s_b, s_m, s_n, M, N, BM, BN)
     return tl.load(ptr + offs, mask=mask, other=0.0).to(ACC)
+
+
+@triton.jit
+def _ns_store(ptr, x, pid, s_b, s_m, s_n, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    offs, mask = _ns_tile(pid, s_b, s_m, s_n, M, N, BM, BN)
+    tl.store(ptr + offs, x.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _ns_normalised(x_ptr, pid, s_b, s_m, s_n, M, N, eps, BM: tl.constexpr, BN: tl.constexpr, ACC: tl.constexpr):
+    """X, ||X||_F, s = ||X||_F + eps and Y_0 = X / s."""
+    x = _ns_load(x_ptr, pid, s_b, s_m, s_n, M, N, BM, BN, ACC)
+    norm = tl.sqrt(tl.sum(tl.sum(x * x, axis=1), axis=0))
+    s = norm + eps
+    return x, norm, s, x / s
 
 
 @triton.jit
@@ -74,16 +95,10 @@ def _ns_fwd_kernel(
     PREC: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
-    x = _ns_load(x_ptr, pid, sx_b, sx_m, sx_n, M, N, BM, BN, ACC)
-    norm = tl.sqrt(tl.sum(tl.sum(x * x, axis=1), axis=0))
-    y = x / (norm + eps)
+    x, norm, s, y = _ns_normalised(x_ptr, pid, sx_b, sx_m, sx_n, M, N, eps, BM, BN, ACC)
     for _ in range(STEPS):
         y = _ns_step(y, ca, cb, cc, PREC)
-    rm = tl.arange(0, BM)
-    rn = tl.arange(0, BN)
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    offs = pid * sy_b + rm[:, None] * sy_m + rn[None, :] * sy_n
-    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+    _ns_store(y_ptr, y, pid, sy_b, sy_m, sy_n, M, N, BM, BN)
 
 
 @triton.jit
@@ -115,13 +130,8 @@ def _ns_bwd_kernel(
     USE_SCRATCH: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
-    rm = tl.arange(0, BM)
-    rn = tl.arange(0, BN)
-    tile = rm[:, None] * BN + rn[None, :]
-    x = _ns_load(x_ptr, pid, sx_b, sx_m, sx_n, M, N, BM, BN, ACC)
-    norm = tl.sqrt(tl.sum(tl.sum(x * x, axis=1), axis=0))
-    s = norm + eps
-    y0 = x / s
+    tile = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+    x, norm, s, y0 = _ns_normalised(x_ptr, pid, sx_b, sx_m, sx_n, M, N, eps, BM, BN, ACC)
     if USE_SCRATCH:
         y = y0
         for i in range(STEPS):
@@ -143,10 +153,7 @@ def _ns_bwd_kernel(
         g = ca * g + dot(b, g, PREC) + dot(da + tl.trans(da), y, PREC)
     inner = tl.sum(tl.sum(g * x, axis=1), axis=0)
     coef = tl.where(norm > 0, inner / (s * s * tl.maximum(norm, 1e-30)), 0.0)
-    dx = g / s - coef * x
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    offs = pid * sd_b + rm[:, None] * sd_m + rn[None, :] * sd_n
-    tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    _ns_store(dx_ptr, g / s - coef * x, pid, sd_b, sd_m, sd_n, M, N, BM, BN)
 
 
 def _block(n: int) -> int:
