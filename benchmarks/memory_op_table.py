@@ -73,6 +73,16 @@ OPS: dict[str, tuple[str, dict, str]] = {
         {**_ATLAS_ID, "ns_eval": "eigh"},
         "chunk-atlas-id with ns_eval=eigh",
     ),
+    "chunk-atlas-eigh-g8": (
+        "chunk",
+        {**_ATLAS, "ns_eval": "eigh", "checkpoint_group": 8},
+        "chunk-atlas-eigh with checkpoint_group=8: every 8th chunk-boundary state kept for the backward",
+    ),
+    "chunk-atlas-id-eigh-g8": (
+        "chunk",
+        {**_ATLAS_ID, "ns_eval": "eigh", "checkpoint_group": 8},
+        "chunk-atlas-id-eigh with checkpoint_group=8",
+    ),
     "chunk-atlas-gd": (
         "chunk",
         dict(memory="mlp", optimizer="gd", feature_map="poly", poly_degree=2, bias="l2", window=4, chunk_size=CHUNK),

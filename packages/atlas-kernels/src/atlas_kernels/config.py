@@ -81,6 +81,7 @@ _INT_FIELDS = {
     "exp_init_keys": 0,
     "exp_taylor_degree": 1,
     "chunk_size": 1,
+    "checkpoint_group": 1,
 }
 
 
@@ -187,6 +188,10 @@ class MemoryConfig:
             not grow as alpha < 1 shrinks the weights (benchmarks/grad_growth.md). No effect without
             `memory_norm` or for linear memory.
         chunk_size: chunk size b of the chunkwise-parallel op (Miras/TNT use 16 or 64).
+        checkpoint_group: G >= 1. When the torch chunk op checkpoints (Muon under autograd by default), G = 1
+            keeps every chunk-boundary state for the backward; G > 1 keeps every G-th and recomputes the others
+            group by group (G - 1 more chunk forwards per G chunks; about sqrt(T / b) is the memory optimum). Changes
+            no value (docs/chunkwise.md, "Checkpointing"); the Triton kernels ignore it.
         gate_eps: alpha and theta are clamped to at least this value before the log of the cumulative
             products of the chunk op (a product of gates below it is treated as zero).
         norm_eps: epsilon of the memory LayerNorm.
@@ -218,6 +223,7 @@ class MemoryConfig:
     decay_target: DecayTarget = "zero"
     norm_placement: NormPlacement = "inner"
     chunk_size: int = 16
+    checkpoint_group: int = 1
     gate_eps: float = 1e-12
     norm_eps: float = 1e-5
 

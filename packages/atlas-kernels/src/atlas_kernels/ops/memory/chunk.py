@@ -51,7 +51,8 @@ def memory_chunk_torch(
     checkpoint: recompute each chunk in the backward instead of keeping its intermediates, so that only the
         chunk-boundary states (and the outputs) stay alive between forward and backward. Same values and
         gradients, one extra chunk forward per chunk in the backward. None (default): on for optimizer="muon"
-        when a gradient will be taken, off otherwise (see `_default_checkpoint`).
+        when a gradient will be taken, off otherwise (see `_default_checkpoint`). With cfg.checkpoint_group
+        G > 1 only every G-th boundary state stays alive (two-level checkpointing).
     """
     q, k, v, gates, state, n_pending = resume_inputs(q, k, v, gates, state)
     x = prepare_inputs(q, k, v, gates, params, cfg)
@@ -68,23 +69,56 @@ def memory_chunk_torch(
         state = _cast_state(state, x.k.dtype)
     if checkpoint is None:
         checkpoint = _default_checkpoint(x, params, state, cfg)
-    outputs, chunk_start = [], state
-    for xc in _split_chunks(x, cfg.chunk_size):
-        chunk_start = state
-        if checkpoint:
-            # Non-reentrant: takes the state dataclass and params dict as they are and returns a MemoryState.
-            # No RNG is used inside a chunk, so there is no RNG state to preserve.
-            y, state = torch.utils.checkpoint.checkpoint(
-                _chunk_step, xc, state, params, cfg, use_reentrant=False, preserve_rng_state=False
-            )
-        else:
-            y, state = _chunk_step(xc, state, params, cfg)
-        outputs.append(y)
+    chunks = _split_chunks(x, cfg.chunk_size)
+    group = cfg.checkpoint_group if checkpoint else 1
+    if group > 1 and len(chunks) > group:
+        # Two levels (docs/chunkwise.md, "Checkpointing"): only every group-th boundary state stays alive between
+        # forward and backward; a group's backward recomputes its chunks' boundaries, then each chunk.
+        outputs = []
+        for i in range(0, len(chunks), group):
+            ys, state, chunk_start = torch.utils.checkpoint.checkpoint(
+                _run_chunks, chunks[i : i + group], state, params, cfg, True, use_reentrant=False,
+                preserve_rng_state=False,
+            )  # fmt: skip
+            outputs += ys
+    else:
+        outputs, state, chunk_start = _run_chunks(chunks, state, params, cfg, checkpoint)
     o = torch.cat(outputs, dim=2) if outputs else x.v.new_zeros(B, H, 0, Dv)
     tail = T % cfg.chunk_size
     if tail:
         state.resume, state.pending = chunk_start, pending_inputs(x, T - tail)
     return o[:, :, n_pending:].transpose(1, 2).to(out_dtype), state
+
+
+def _run_chunks(chunks: list[OpInputs], state: MemoryState, params, cfg: MemoryConfig, checkpoint: bool):
+    """The chunks in order from `state`: (their outputs, the state after the last, the state before the last)."""
+    outputs, chunk_start = [], state
+    for xc in chunks:
+        chunk_start = state
+        if checkpoint:
+            # Non-reentrant, no RNG inside a chunk (no RNG state to preserve). The state goes in as loose tensors:
+            # a checkpoint keeps a non-tensor argument by reference, which under an outer (group) checkpoint would
+            # keep every boundary state alive; tensors it saves through the outer one, which drops them.
+            names, tensors = zip(*state.tensors().items())
+            y, state = torch.utils.checkpoint.checkpoint(
+                _chunk_step_flat, xc, params, cfg, names, *tensors, use_reentrant=False, preserve_rng_state=False
+            )
+        else:
+            y, state = _chunk_step(xc, state, params, cfg)
+        outputs.append(y)
+    return outputs, state, chunk_start
+
+
+def _chunk_step_flat(xc: OpInputs, params, cfg: MemoryConfig, names: tuple[str, ...], *tensors: torch.Tensor):
+    """`_chunk_step` from a state given as `MemoryState.tensors()` names and values (a chunk-op state: no
+    explicit-Taylor weights, no pending tokens)."""
+    flat = dict(zip(names, tensors))
+    pick = lambda prefix: {n[len(prefix) :]: t for n, t in flat.items() if n.startswith(prefix)}  # noqa: E731
+    state = MemoryState(
+        pick("weights."), pick("momentum.") or None, flat["halo_k"], flat["halo_v"], flat["halo_gamma"],
+        flat.get("kernel_keys"),
+    )  # fmt: skip
+    return _chunk_step(xc, state, params, cfg)
 
 
 def _default_checkpoint(x: OpInputs, params, state: MemoryState, cfg: MemoryConfig) -> bool:
