@@ -20,27 +20,14 @@ import platform
 import sys
 import time
 
+# fmt: off
 SETS = {
-    "rule": [
-        (8, 2, "poly"),
-        (8, 2, "identity"),
-        (16, 2, "poly"),
-        (16, 2, "identity"),
-        (16, 4, "poly"),
-        (32, 4, "identity"),
-        (32, 2, "identity"),
-        (24, 4, "identity"),
-    ],  # fmt: skip
-    "heldout": [
-        (12, 4, "poly"),
-        (8, 4, "poly"),
-        (24, 2, "poly"),
-        (12, 2, "identity"),
-        (64, 2, "identity"),
-        (16, 4, "identity"),
-        (32, 1, "identity"),
-    ],  # fmt: skip
+    "rule": [(8, 2, "poly"), (8, 2, "identity"), (16, 2, "poly"), (16, 2, "identity"), (16, 4, "poly"),
+             (32, 4, "identity"), (32, 2, "identity"), (24, 4, "identity")],
+    "heldout": [(12, 4, "poly"), (8, 4, "poly"), (24, 2, "poly"), (12, 2, "identity"), (64, 2, "identity"),
+                (16, 4, "identity"), (32, 1, "identity")],
 }
+# fmt: on
 FORMS = {
     "materialise": {"ns_form": "materialise"},
     "lowrank-matmul": {"ns_eval": "matmul"},

@@ -110,15 +110,8 @@ def _run_chunks(chunks: list[OpInputs], state: MemoryState, params, cfg: MemoryC
 
 
 def _chunk_step_flat(xc: OpInputs, params, cfg: MemoryConfig, names: tuple[str, ...], *tensors: torch.Tensor):
-    """`_chunk_step` from a state given as `MemoryState.tensors()` names and values (a chunk-op state: no
-    explicit-Taylor weights, no pending tokens)."""
-    flat = dict(zip(names, tensors))
-    pick = lambda prefix: {n[len(prefix) :]: t for n, t in flat.items() if n.startswith(prefix)}  # noqa: E731
-    state = MemoryState(
-        pick("weights."), pick("momentum.") or None, flat["halo_k"], flat["halo_v"], flat["halo_gamma"],
-        flat.get("kernel_keys"),
-    )  # fmt: skip
-    return _chunk_step(xc, state, params, cfg)
+    """`_chunk_step` from a state given as its `MemoryState.tensors()` names and values."""
+    return _chunk_step(xc, MemoryState.from_tensors(dict(zip(names, tensors))), params, cfg)
 
 
 def _default_checkpoint(x: OpInputs, params, state: MemoryState, cfg: MemoryConfig) -> bool:
@@ -153,10 +146,7 @@ def _split_chunks(x: OpInputs, size: int) -> list[OpInputs]:
 def _cast_state(state: MemoryState, dtype: torch.dtype) -> MemoryState:
     if state.halo_k.dtype == dtype:
         return state
-    cast = {n: t.to(dtype) for n, t in state.weights.items()}
-    mom = None if state.momentum is None else {n: t.to(dtype) for n, t in state.momentum.items()}
-    keys = None if state.kernel_keys is None else state.kernel_keys.to(dtype)
-    return MemoryState(cast, mom, state.halo_k.to(dtype), state.halo_v.to(dtype), state.halo_gamma.to(dtype), keys)
+    return MemoryState.from_tensors({n: t.to(dtype) for n, t in state.tensors().items()})
 
 
 def _kernel(scores: torch.Tensor, params: dict[str, torch.Tensor], cfg: MemoryConfig) -> torch.Tensor:

@@ -66,6 +66,18 @@ class MemoryState:
             out["kernel_keys"] = self.kernel_keys
         return out
 
+    @classmethod
+    def from_tensors(cls, flat: dict[str, torch.Tensor]) -> MemoryState:
+        """The inverse of `tensors()` (a state without resume / pending tokens or explicit-Taylor weights)."""
+
+        def pick(prefix: str) -> dict[str, torch.Tensor]:
+            return {n[len(prefix) :]: t for n, t in flat.items() if n.startswith(prefix)}
+
+        return cls(
+            pick("weights."), pick("momentum.") or None, flat["halo_k"], flat["halo_v"], flat["halo_gamma"],
+            flat.get("kernel_keys"),
+        )  # fmt: skip
+
     def detach(self) -> MemoryState:
         """A copy cut from the autograd graph (truncated backprop between segments)."""
         return MemoryState(
