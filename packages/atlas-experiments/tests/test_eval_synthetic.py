@@ -200,3 +200,17 @@ def test_mqar_training_beats_an_untrained_model():
         logits = model(input_ids=torch.from_numpy(test.inputs), use_cache=False).logits
     preds = logits.argmax(-1)[torch.from_numpy(test.answer_mask)]
     assert len(torch.unique(preds)) > 5  # the answers follow the queried keys, not a constant
+
+
+def test_sweep_settings_take_the_protocols_shared_fields():
+    from atlas_experiments.evaluation.mad import MADProtocol
+    from atlas_experiments.evaluation.mqar import MQARProtocol
+
+    mad = MADProtocol(steps=7, batch_size=3, grad_clip=0.5, warmup_fraction=0.2, eval_batch_size=5)
+    s = st.TrainSettings.for_sweep(mad, lr=1e-3, weight_decay=0.25)
+    assert (s.steps, s.batch_size, s.grad_clip, s.warmup_fraction, s.eval_batch_size) == (7, 3, 0.5, 0.2, 5)
+    assert (s.lr, s.weight_decay) == (1e-3, 0.25)
+    s = st.TrainSettings.for_sweep(MQARProtocol(steps=9, weight_decay=0.3), lr=2e-3)
+    assert (s.steps, s.weight_decay, s.lr, s.grad_clip) == (9, 0.3, 2e-3, 1.0)
+    with pytest.raises(ValueError, match="positive lr"):
+        st.TrainSettings.for_sweep(mad, lr=0.0)

@@ -141,44 +141,9 @@ def test_judge_checks_registered_seeds_and_testability(registry):
 
 
 def minimal() -> dict:
-    """A small valid claims file: one protocol, three arms, a testable and an untestable claim."""
-    return {
-        "schema": 1,
-        "registered": "2026-12-01",
-        "rule": {"alpha": 0.05, "ci_level": 0.90, "min_seeds": 3},
-        "amendments": [],
-        "tuning_history": [{"default": "eta 0.02", "chosen_on": "MQAR 16x2"}],
-        "not_registered": [{"what": "k steps", "why": "no direction"}],
-        "protocols": {"mqar_cpu": {"task": "mqar", "scale": "cpu", "size": "tiny", "seeds": [10, 11, 12]}},
-        "arms": {
-            "atlas": {"preset": "atlas"},
-            "atlas_c1": {"preset": "atlas", "overrides": {"memory": {"window": 1}}},
-            "atlas_pp": {"preset": "atlas_pp"},
-        },
-        "claims": [
-            {
-                "id": "omega.mqar",
-                "statement": "c > 1 beats c = 1",
-                "paper": {"source": "Table 6", "value": "21.98 vs 19.97"},
-                "arms": ["atlas", "atlas_c1"],
-                "predicted": {"order": ["atlas", "atlas_c1"]},
-                "metric": {"task": "mqar", "name": "accuracy", "better": "higher"},
-                "delta": {"value": 0.05, "unit": "accuracy"},
-                "test": {"scale": "cpu", "testable": True, "protocol": "mqar_cpu", "evidence": "proxy"},
-            },
-            {
-                "id": "gated.lm",
-                "statement": "gated beats MLP",
-                "paper": {"source": "Table 6", "value": "19.53 vs 19.97"},
-                "arms": ["atlas_pp", "atlas"],
-                "predicted": {"order": ["atlas_pp", "atlas"]},
-                "metric": {"task": "lm", "name": "val_loss", "better": "lower"},
-                "delta": {"value": 0.01, "unit": "nats per token"},
-                "test": {"scale": "cluster", "testable": False, "evidence": "direct"},
-                "why": "paper scale only",
-            },
-        ],
-    }
+    """A small valid claims file (`data/claims_minimal.yaml`): one protocol, three arms, a testable and an untestable
+    claim; a fresh copy per call, for the tests to mutate."""
+    return yaml.safe_load((Path(__file__).parent / "data" / "claims_minimal.yaml").read_text(encoding="utf-8"))
 
 
 def write(tmp_path: Path, data: dict) -> Path:

@@ -237,15 +237,7 @@ def _train_and_score(
     else:
         model = build_lm(cfg, seed, device)
         forward = lm_forward
-    settings = TrainSettings(
-        steps=protocol.steps,
-        batch_size=protocol.batch_size,
-        lr=lr,
-        weight_decay=wd,
-        warmup_fraction=protocol.warmup_fraction,
-        grad_clip=protocol.grad_clip,
-        eval_batch_size=protocol.eval_batch_size,
-    )
+    settings = TrainSettings.for_sweep(protocol, lr=lr, weight_decay=wd)
     desc = f"mad {choice.name} {setting.task} {setting.label} lr={lr:g} wd={wd:g}"
     summary = fit(model, [train], settings, forward=forward, seed=seed, device=device, progress=progress, desc=desc)
     score = evaluate(model, test, forward=forward, batch_size=protocol.eval_batch_size, device=device)

@@ -186,14 +186,7 @@ def run_mqar(
                     init_acc = [
                         evaluate(model, d, batch_size=protocol.eval_batch_size, device=device)["acc"] for d in test
                     ]
-                settings = TrainSettings(
-                    steps=protocol.steps,
-                    batch_size=protocol.batch_size,
-                    lr=lr,
-                    weight_decay=protocol.weight_decay,
-                    warmup_fraction=protocol.warmup_fraction,
-                    eval_batch_size=protocol.eval_batch_size,
-                )
+                settings = TrainSettings.for_sweep(protocol, lr=lr)
                 summary = fit(
                     model, train, settings, seed=seed, device=device, progress=progress, desc=f"mqar {key} lr={lr:g}"
                 )

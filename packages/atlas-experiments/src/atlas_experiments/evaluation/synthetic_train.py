@@ -15,7 +15,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,13 @@ class TrainSettings:
         if self.weight_decay < 0:
             raise ValueError(f"training: expected weight_decay >= 0, got {self.weight_decay}")
         self.optim  # noqa: B018  (fails now, naming the key, on bad betas / warmup / floor / clipping)
+
+    @classmethod
+    def for_sweep(cls, protocol: Any, **point: float) -> TrainSettings:
+        """One sweep point of a task protocol: every field the protocol shares with these settings by name (steps,
+        batch size, warmup, clipping, ...), then the point's values (lr, weight_decay)."""
+        shared = {f.name: getattr(protocol, f.name) for f in fields(cls) if hasattr(protocol, f.name)}
+        return cls(**{**shared, **point})
 
     @property
     def optim(self) -> OptimConfig:
