@@ -1,12 +1,14 @@
 """Activation checkpointing of the chunk op (float64): recomputing chunks in the backward changes nothing.
 
-Muon checkpoints by default when a gradient will be taken (its per-token weights would otherwise be kept for
-the backward); `checkpoint=True` / `False` forces either way for every configuration.
+Muon checkpoints by default when a gradient will be taken and one copy of the state per token would exceed
+`checkpoint_min_mib` (its per-token weights would otherwise be kept for the backward); `checkpoint=True` / `False`
+forces either way for every configuration.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -93,7 +95,7 @@ def _saved_bytes(fn):
 
 
 def test_muon_checkpoints_by_default_when_grad_is_taken():
-    cfg = dataclasses.replace(MUON[0], chunk_size=4)
+    cfg = dataclasses.replace(MUON[0], chunk_size=4, checkpoint_min_mib=0)
     q, k, v, gates = random_inputs(2, 32, H, D, seed=0, requires_grad=True)
     p = _params(cfg)
     full = _saved_bytes(lambda: memory_chunk_torch(q, k, v, gates, p, cfg, checkpoint=False))
@@ -103,6 +105,23 @@ def test_muon_checkpoints_by_default_when_grad_is_taken():
     _, s = memory_chunk_torch(q, k, v, gates, p, cfg)
     for t in [*s.weights.values(), *s.momentum.values()]:
         assert t._base is None
+
+
+def test_muon_checkpoints_by_default_only_from_checkpoint_min_mib():
+    # The threshold is on T x the bytes of one state: with the threshold under that size the op checkpoints, with it
+    # over that size autograd keeps the chunks' intermediates (faster, same values).
+    base = dataclasses.replace(MUON[0], chunk_size=4)
+    q, k, v, gates = random_inputs(2, 32, H, D, seed=0, requires_grad=True)
+    p = _params(base)
+    _, s = memory_chunk_torch(q, k, v, gates, p, base)
+    per_token = sum(t.numel() * t.element_size() for t in s.tensors().values())
+    full = _saved_bytes(lambda: memory_chunk_torch(q, k, v, gates, p, base, checkpoint=False))
+    assert _saved_bytes(lambda: memory_chunk_torch(q, k, v, gates, p, base)) == full  # default 256 MiB: far below
+    mib = 32 * per_token / 2**20
+    below = dataclasses.replace(base, checkpoint_min_mib=math.floor(mib))
+    above = dataclasses.replace(base, checkpoint_min_mib=math.ceil(mib))
+    assert _saved_bytes(lambda: memory_chunk_torch(q, k, v, gates, p, below)) < full / 20
+    assert _saved_bytes(lambda: memory_chunk_torch(q, k, v, gates, p, above)) == full
 
 
 def test_gd_and_momentum_do_not_checkpoint_by_default():

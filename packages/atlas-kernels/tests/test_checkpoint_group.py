@@ -19,7 +19,8 @@ from atlas_kernels.ops.memory.chunk import memory_chunk_torch
 from atlas_kernels.testing import config_id, random_inputs, random_loss_grads, result_errors
 
 H, D = 2, 4
-BASE = MemoryConfig(memory="mlp", optimizer="muon", feature_map="poly", window=3, chunk_size=4)
+# checkpoint_min_mib=0: these tiny segments checkpoint as long ones do by default (the subject of these tests)
+BASE = MemoryConfig(memory="mlp", optimizer="muon", feature_map="poly", window=3, chunk_size=4, checkpoint_min_mib=0)
 CONFIGS = [
     BASE,
     dataclasses.replace(BASE, memory="linear", feature_map="identity", window=1),

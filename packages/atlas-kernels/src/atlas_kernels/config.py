@@ -82,6 +82,7 @@ _INT_FIELDS = {
     "exp_taylor_degree": 1,
     "chunk_size": 1,
     "checkpoint_group": 1,
+    "checkpoint_min_mib": 0,
 }
 
 
@@ -192,6 +193,11 @@ class MemoryConfig:
             keeps every chunk-boundary state for the backward; G > 1 keeps every G-th and recomputes the others
             group by group (G - 1 more chunk forwards per G chunks; about sqrt(T / b) is the memory optimum). Changes
             no value (docs/chunkwise.md, "Checkpointing"); the Triton kernels ignore it.
+        checkpoint_min_mib: the size from which Muon checkpoints by default: the torch chunk op recomputes its
+            chunks in the backward when a gradient will be taken and one copy of the state per token of the call
+            (T x the bytes of weights, momenta and window) would exceed this many MiB; below it autograd keeps the
+            chunks' intermediates, which is faster and gives bit-for-bit the same values and gradients. 0
+            checkpoints whenever a gradient will be taken. An explicit `checkpoint=` argument of the op wins.
         gate_eps: alpha and theta are clamped to at least this value before the log of the cumulative
             products of the chunk op (a product of gates below it is treated as zero).
         norm_eps: epsilon of the memory LayerNorm.
@@ -224,6 +230,7 @@ class MemoryConfig:
     norm_placement: NormPlacement = "inner"
     chunk_size: int = 16
     checkpoint_group: int = 1
+    checkpoint_min_mib: int = 256
     gate_eps: float = 1e-12
     norm_eps: float = 1e-5
 

@@ -51,8 +51,9 @@ def memory_chunk_torch(
     checkpoint: recompute each chunk in the backward instead of keeping its intermediates, so that only the
         chunk-boundary states (and the outputs) stay alive between forward and backward. Same values and
         gradients, one extra chunk forward per chunk in the backward. None (default): on for optimizer="muon"
-        when a gradient will be taken, off otherwise (see `_default_checkpoint`). With cfg.checkpoint_group
-        G > 1 only every G-th boundary state stays alive (two-level checkpointing).
+        when a gradient will be taken and T x the state's bytes exceeds cfg.checkpoint_min_mib, off otherwise
+        (see `_default_checkpoint`). With cfg.checkpoint_group G > 1 only every G-th boundary state stays alive
+        (two-level checkpointing).
     """
     q, k, v, gates, state, n_pending = resume_inputs(q, k, v, gates, state)
     x = prepare_inputs(q, k, v, gates, params, cfg)
@@ -115,19 +116,23 @@ def _chunk_step_flat(xc: OpInputs, params, cfg: MemoryConfig, names: tuple[str, 
 
 
 def _default_checkpoint(x: OpInputs, params, state: MemoryState, cfg: MemoryConfig) -> bool:
-    """Checkpoint Muon chunks whenever autograd records the op.
+    """Checkpoint Muon chunks when autograd records the op and the segment is large.
 
     Muon materialises S_j, the Newton-Schulz iterates and W_j for every token of a chunk, and autograd keeps
     them all: about 5.4 GB per 1k positions at B=2, H=4, D=32 (30 GB with poly p=2), so Atlas at 4K context
     does not fit without recomputation. The chunk-boundary states cost |W| per chunk instead of per token.
-    The gd / momentum paths keep only per-token activations (vectors, not weights) and do not pay for the
-    recomputation by default. It is automatic rather than a MemoryConfig field because it changes no value.
+    A small segment (T x the state's bytes under cfg.checkpoint_min_mib) keeps its intermediates instead: the
+    recomputation would cost a chunk forward per chunk to save memory nobody lacks. The gd / momentum paths keep
+    only per-token activations (vectors, not weights) and do not pay for the recomputation by default.
     """
     if cfg.optimizer != "muon" or not torch.is_grad_enabled():
         return False
     tensors = [getattr(x, n) for n in OpInputs.__dataclass_fields__] + list(params.values())
     tensors += list(state.tensors().values())
-    return any(t.requires_grad for t in tensors)
+    if not any(t.requires_grad for t in tensors):
+        return False
+    state_bytes = sum(t.numel() * t.element_size() for t in state.tensors().values())
+    return x.k.shape[2] * state_bytes > cfg.checkpoint_min_mib * 2**20
 
 
 def _split_chunks(x: OpInputs, size: int) -> list[OpInputs]:
