@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from atlas_experiments.evaluation.long_context import BABILONG_LENGTHS, DEFAULT_DEPTHS, PAPER_NIAH_LENGTHS
 
@@ -68,22 +67,23 @@ def _add_long_context_args(p: argparse.ArgumentParser, lengths: tuple[int, ...],
     p.add_argument("--save-samples", action="store_true", help="also write every prompt and prediction (JSONL)")
 
 
-def _long_context_run(args: argparse.Namespace) -> dict[str, Any]:
+def _long_context_run(args: argparse.Namespace):
     """The run settings S-NIAH and BABILong take alike from `_add_long_context_args` and the output options,
     checked before the model loads."""
+    from atlas_experiments.evaluation.long_context import LongContextRun
     from atlas_experiments.evaluation.protocol import parse_scorings
 
     if args.samples < 1:
         raise ValueError("--samples must be >= 1")
-    return {
-        "scorings": parse_scorings(args.scoring),
-        "haystack": args.haystack,
-        "max_new_tokens": args.max_new_tokens,
-        "seed": args.seed,
-        "out": args.out,
-        "save_samples": args.save_samples,
-        "progress": not args.no_progress,
-    }
+    return LongContextRun(
+        scorings=tuple(parse_scorings(args.scoring)),
+        haystack=args.haystack,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        out=args.out,
+        save_samples=args.save_samples,
+        progress=not args.no_progress,
+    )
 
 
 def run_ppl(args: argparse.Namespace) -> int:
@@ -142,7 +142,7 @@ def run_niah(args: argparse.Namespace) -> int:
     run = _long_context_run(args)
     loaded = model_from_args(args)
     result, figure = run_niah_protocol(
-        loaded, specs, lengths=lengths, depths=depths, samples_per_cell=args.samples, **run
+        loaded, specs, lengths=lengths, depths=depths, samples_per_cell=args.samples, run=run
     )
     return finish(result, args, artifact=figure)
 
@@ -161,6 +161,6 @@ def run_babilong(args: argparse.Namespace) -> int:
     run = _long_context_run(args)
     loaded = model_from_args(args)
     result, figure = run_babilong_protocol(
-        loaded, tasks, lengths=lengths, samples_per_length=args.samples, n_facts=args.n_facts, **run
+        loaded, tasks, lengths=lengths, samples_per_length=args.samples, n_facts=args.n_facts, run=run
     )
     return finish(result, args, artifact=figure)

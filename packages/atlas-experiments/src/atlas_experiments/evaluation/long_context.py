@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,21 @@ DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 BABILONG_LENGTHS = (0, 1024, 2048, 4096, 8192, 16384)
 
 
+@dataclass(frozen=True)
+class LongContextRun:
+    """The run settings S-NIAH and BABILong take alike: scorings ("generate", "rank"), the haystack source
+    ("validation", "train" or "embedded"), tokens to generate (None: per task), the sample seed, the result path
+    (figures and samples go next to it), whether to write every sample, and progress bars."""
+
+    scorings: tuple[str, ...]
+    haystack: str
+    max_new_tokens: int | None
+    seed: int
+    out: str
+    save_samples: bool = False
+    progress: bool = True
+
+
 # ------------------------------------------------------------------------------------------------------ niah
 
 
@@ -34,19 +50,15 @@ def run_niah_protocol(
     lengths: list[int],
     depths: list[float],
     samples_per_cell: int,
-    scorings: list[str],
-    haystack: str,
-    max_new_tokens: int | None,
-    seed: int,
-    out: str,
-    save_samples: bool,
-    progress: bool,
+    run: LongContextRun,
 ):
-    """S-NIAH on the tasks `specs` (`niah.NiahTask`); figures and samples go next to `out`. Prints the accuracy
+    """S-NIAH on the tasks `specs` (`niah.NiahTask`); figures and samples go next to `run.out`. Prints the accuracy
     table; returns the result and the first figure (the run's artifact)."""
     from atlas_data.synthetic import niah
     from atlas_experiments.evaluation.needle import niah_metrics, plot_niah_heatmap
 
+    scorings, haystack, seed, out = list(run.scorings), run.haystack, run.seed, run.out
+    max_new_tokens = run.max_new_tokens
     tok = niah.TextTokenizer(loaded.tokenizer)
     texts, haystack_desc = (
         ([], "") if all(s.haystack == "repeat" for s in specs) else haystack_texts(loaded, haystack, max(lengths))
@@ -117,10 +129,7 @@ def run_niah_protocol(
         protocol=protocol,
         deviations=deviations,
         table=(task_names, lengths),
-        scorings=scorings,
-        out=out,
-        save_samples=save_samples,
-        progress=progress,
+        run=run,
         desc="S-NIAH",
     )
 
@@ -134,26 +143,21 @@ def run_babilong_protocol(
     *,
     lengths: list[int],
     samples_per_length: int,
-    scorings: list[str],
-    haystack: str,
     n_facts: int | None,
-    max_new_tokens: int | None,
-    seed: int,
-    out: str,
-    save_samples: bool,
-    progress: bool,
+    run: LongContextRun,
 ):
-    """BABILong-style QA on the bAbI `tasks`; figures and samples go next to `out`. Prints the accuracy table;
+    """BABILong-style QA on the bAbI `tasks`; figures and samples go next to `run.out`. Prints the accuracy table;
     returns the result and the first figure (the run's artifact)."""
     from atlas_data.synthetic import babilong, niah
     from atlas_experiments.evaluation.babilong_eval import babilong_judge, babilong_metrics, plot_babilong
 
+    scorings, haystack, seed, out = list(run.scorings), run.haystack, run.seed, run.out
     tok = niah.TextTokenizer(loaded.tokenizer)
     background, haystack_desc = None, "none (facts only)"
     if any(n > 0 for n in lengths):
         texts, haystack_desc = haystack_texts(loaded, haystack, max(lengths))
         background = niah.Haystack.from_texts(texts, tok)
-    ttg = max_new_tokens or 8
+    ttg = run.max_new_tokens or 8
 
     samples, gen_seconds = _generate_all(
         babilong.generate_babilong,
@@ -209,10 +213,7 @@ def run_babilong_protocol(
         protocol=protocol,
         deviations=deviations,
         table=(tasks, lengths),
-        scorings=scorings,
-        out=out,
-        save_samples=save_samples,
-        progress=progress,
+        run=run,
         desc="BABILong",
     )
 
@@ -242,10 +243,7 @@ def _score_and_report(
     protocol: dict[str, Any],
     deviations: list[str],
     table: tuple[list[str], list[int]],
-    scorings: list[str],
-    out: str,
-    save_samples: bool,
-    progress: bool,
+    run: LongContextRun,
     desc: str,
 ):
     """Score the generated `samples` on the loaded model, draw one figure per scoring (`plot(metrics, prefix,
@@ -254,6 +252,7 @@ def _score_and_report(
     from atlas_experiments.evaluation.needle import metric_prefix, score_samples
     from atlas_experiments.evaluation.results import EvalResult
 
+    scorings, out = list(run.scorings), run.out
     records = score_samples(
         loaded.model,
         loaded.tokenizer,
@@ -262,12 +261,12 @@ def _score_and_report(
         device=loaded.device,
         judge=judge,
         max_new_tokens=max_new_tokens,
-        progress=progress,
+        progress=run.progress,
         desc=desc,
     )
     metrics = metrics_of(samples, records, scorings)
     figures = {scoring: str(plot(metrics, metric_prefix(scoring), scoring)) for scoring in scorings}
-    samples_file = str(write_records(sibling(out, "_samples.jsonl"), samples, records)) if save_samples else None
+    samples_file = str(write_records(sibling(out, "_samples.jsonl"), samples, records)) if run.save_samples else None
     result = EvalResult(
         task=task,
         model=loaded.name,
