@@ -305,6 +305,7 @@ def _rss_watchdog(base_mb: float, limit_mb: float, op: str, T: int) -> None:
 
 def run_cell(op: str, T: int, repeats: int, threads: int, cell_budget: float, mem_limit_gb: float = 1e9) -> dict:
     import torch
+    import torch._dynamo  # noqa: F401  torch.utils.checkpoint imports it on first use (~140 MB RSS): not the op's
 
     _rss_watchdog(_rss_mb(), 1024 * min(mem_limit_gb, 0.8 * available_gb()), op, T)
     torch.set_num_threads(threads)

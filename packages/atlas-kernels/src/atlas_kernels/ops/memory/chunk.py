@@ -25,6 +25,7 @@ import torch.utils.checkpoint
 
 from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.features import poly_kernel
+from atlas_kernels.ops.memory.checkpoint import checkpoint_groups, default_checkpoint
 from atlas_kernels.ops.memory.coefficients import (
     chunk_decays,
     decayed,
@@ -52,8 +53,8 @@ def memory_chunk_torch(
         chunk-boundary states (and the outputs) stay alive between forward and backward. Same values and
         gradients, one extra chunk forward per chunk in the backward. None (default): on for optimizer="muon"
         when a gradient will be taken and T x the state's bytes exceeds cfg.checkpoint_min_mib, off otherwise
-        (see `_default_checkpoint`). With cfg.checkpoint_group G > 1 only every G-th boundary state stays alive
-        (two-level checkpointing).
+        (see `checkpoint.default_checkpoint`). With cfg.checkpoint_group G > 1 only every G-th boundary state
+        stays alive (two-level checkpointing, `checkpoint.checkpoint_groups`).
     """
     q, k, v, gates, state, n_pending = resume_inputs(q, k, v, gates, state)
     x = prepare_inputs(q, k, v, gates, params, cfg)
@@ -69,19 +70,12 @@ def memory_chunk_torch(
     else:
         state = _cast_state(state, x.k.dtype)
     if checkpoint is None:
-        checkpoint = _default_checkpoint(x, params, state, cfg)
+        checkpoint = default_checkpoint(x, params, state, cfg)
     chunks = _split_chunks(x, cfg.chunk_size)
-    group = cfg.checkpoint_group if checkpoint else 1
+    group = cfg.checkpoint_group if checkpoint and torch.is_grad_enabled() else 1
     if group > 1 and len(chunks) > group:
-        # Two levels (docs/chunkwise.md, "Checkpointing"): only every group-th boundary state stays alive between
-        # forward and backward; a group's backward recomputes its chunks' boundaries, then each chunk.
-        outputs = []
-        for i in range(0, len(chunks), group):
-            ys, state, chunk_start = torch.utils.checkpoint.checkpoint(
-                _run_chunks, chunks[i : i + group], state, params, cfg, True, use_reentrant=False,
-                preserve_rng_state=False,
-            )  # fmt: skip
-            outputs += ys
+        # Two levels: only every group-th boundary state stays alive between forward and backward
+        outputs, state, chunk_start = checkpoint_groups(_run_chunks, chunks, group, state, params, cfg)
     else:
         outputs, state, chunk_start = _run_chunks(chunks, state, params, cfg, checkpoint)
     o = torch.cat(outputs, dim=2) if outputs else x.v.new_zeros(B, H, 0, Dv)
@@ -96,43 +90,14 @@ def _run_chunks(chunks: list[OpInputs], state: MemoryState, params, cfg: MemoryC
     outputs, chunk_start = [], state
     for xc in chunks:
         chunk_start = state
-        if checkpoint:
-            # Non-reentrant, no RNG inside a chunk (no RNG state to preserve). The state goes in as loose tensors:
-            # a checkpoint keeps a non-tensor argument by reference, which under an outer (group) checkpoint would
-            # keep every boundary state alive; tensors it saves through the outer one, which drops them.
-            names, tensors = zip(*state.tensors().items())
+        if checkpoint:  # non-reentrant, no RNG inside a chunk (no RNG state to preserve)
             y, state = torch.utils.checkpoint.checkpoint(
-                _chunk_step_flat, xc, params, cfg, names, *tensors, use_reentrant=False, preserve_rng_state=False
+                _chunk_step, xc, state, params, cfg, use_reentrant=False, preserve_rng_state=False
             )
         else:
             y, state = _chunk_step(xc, state, params, cfg)
         outputs.append(y)
     return outputs, state, chunk_start
-
-
-def _chunk_step_flat(xc: OpInputs, params, cfg: MemoryConfig, names: tuple[str, ...], *tensors: torch.Tensor):
-    """`_chunk_step` from a state given as its `MemoryState.tensors()` names and values."""
-    return _chunk_step(xc, MemoryState.from_tensors(dict(zip(names, tensors))), params, cfg)
-
-
-def _default_checkpoint(x: OpInputs, params, state: MemoryState, cfg: MemoryConfig) -> bool:
-    """Checkpoint Muon chunks when autograd records the op and the segment is large.
-
-    Muon materialises S_j, the Newton-Schulz iterates and W_j for every token of a chunk, and autograd keeps
-    them all: about 5.4 GB per 1k positions at B=2, H=4, D=32 (30 GB with poly p=2), so Atlas at 4K context
-    does not fit without recomputation. The chunk-boundary states cost |W| per chunk instead of per token.
-    A small segment (T x the state's bytes under cfg.checkpoint_min_mib) keeps its intermediates instead: the
-    recomputation would cost a chunk forward per chunk to save memory nobody lacks. The gd / momentum paths keep
-    only per-token activations (vectors, not weights) and do not pay for the recomputation by default.
-    """
-    if cfg.optimizer != "muon" or not torch.is_grad_enabled():
-        return False
-    tensors = [getattr(x, n) for n in OpInputs.__dataclass_fields__] + list(params.values())
-    tensors += list(state.tensors().values())
-    if not any(t.requires_grad for t in tensors):
-        return False
-    state_bytes = sum(t.numel() * t.element_size() for t in state.tensors().values())
-    return x.k.shape[2] * state_bytes > cfg.checkpoint_min_mib * 2**20
 
 
 def _split_chunks(x: OpInputs, size: int) -> list[OpInputs]:
