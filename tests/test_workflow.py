@@ -269,7 +269,7 @@ def test_tracking_uri_params_hold_no_absolute_path(tmp_path):
 
 
 def test_the_study_target_plans_a_pilot_then_one_job_per_arm_and_seed(tmp_path):
-    res = _snakemake("-n", "-p", "-F", "study", results=tmp_path)  # -F: the committed verdicts exist
+    res = _snakemake("-n", "-p", "study", results=tmp_path)  # committed verdicts, fresh results: the whole study
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = _jobs(res.stdout)
     assert jobs["study_pilot"] == 1 and jobs["study_parent"] == 1 and jobs["study_report"] == 1

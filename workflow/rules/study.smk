@@ -82,6 +82,9 @@ rule study_report:
         [f"{STUDY_ROOT}/{job}.json" for job in STUDY_JOBS],
     output:
         verdicts=f"{STUDY['report_dir']}/verdicts.md",
+        # results/ is not committed, reports/ is: without this stamp a fresh clone's committed verdicts would make
+        # `snakemake study` a no-op instead of the run that reproduces them
+        stamp=f"{STUDY_ROOT}/report.stamp",
     params:
         atlas=ATLAS,
         args=STUDY_ARGS,
@@ -90,12 +93,14 @@ rule study_report:
     conda:
         "../envs/atlas.yaml"
     shell:
-        "{params.atlas} study report {params.args} --out $(dirname {output.verdicts}) > {log} 2>&1"
+        "{params.atlas} study report {params.args} --out $(dirname {output.verdicts}) > {log} 2>&1 "
+        "&& date -u +%Y-%m-%dT%H:%M:%SZ > {output.stamp}"
 
 
 rule study:
     input:
         f"{STUDY['report_dir']}/verdicts.md",
+        f"{STUDY_ROOT}/report.stamp",
 
 
 wildcard_constraints:
