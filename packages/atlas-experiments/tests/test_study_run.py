@@ -106,6 +106,30 @@ def test_the_pilot_projects_and_refuses_with_the_numbers(monkeypatch):
         pilot.check_budget(plan, budget_minutes=0.1)
 
 
+def test_the_pilot_times_warm_runs_and_bounds_a_fit_without_slope(monkeypatch):
+    """2026-12-02: the first arm's short run paid the process's one-time costs, the fit's slope came out <= 0 and the
+    pilot projected a 490 s Atlas job at 15 s. The warm-up run absorbs such costs; a fit still without slope falls
+    back to t_b / b per unit, an upper bound."""
+    registry = parse_claims(tiny_claims())
+    jobs = [j for j in plan_jobs(registry, ["cpu"]) if j.protocol.task == "mqar"]
+    clock, seen = {"t": 0.0}, set()
+
+    def first_run_is_slow(job, root, overrides):  # 5 s once per arm (timed, a 4-step run: 9 s, slope 0.375), 1 s a step
+        clock["t"] += overrides["steps"] * 1.0 + (5.0 if job.arm.name not in seen else 0.0)
+        seen.add(job.arm.name)
+
+    monkeypatch.setattr(pilot.time, "perf_counter", lambda: clock["t"])
+    timings = pilot.measure(jobs, first_run_is_slow)
+    assert all(t.per_unit_s == pytest.approx(1.0) and t.fixed_s == pytest.approx(0.0) for t in timings)
+
+    def noisy(job, root, overrides):  # the longer run happens to come out faster: no slope to fit
+        clock["t"] += 9.0 if overrides["steps"] == pilot.KNOBS["mqar"][1] else 6.0
+
+    timings = pilot.measure(jobs, noisy)
+    b = pilot.KNOBS["mqar"][2]
+    assert all(t.per_unit_s == pytest.approx(6.0 / b) and t.fixed_s == 0.0 for t in timings)
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_jobs_run_and_the_verdicts_follow_the_rule(tmp_path):
     claims = tmp_path / "claims.yaml"

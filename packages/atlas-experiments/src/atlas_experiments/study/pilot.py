@@ -2,7 +2,10 @@
 
 A job's time is modelled as fixed + per_unit x units, where the unit is the task's cost knob (MQAR: training
 steps; learnability: stream positions). Two short runs of the same command (units a < b) give
-per_unit = (t_b - t_a) / (b - a) and fixed = t_a - a x per_unit; every seed of the arm costs the same. The plan's
+per_unit = (t_b - t_a) / (b - a) and fixed = t_a - a x per_unit; every seed of the arm costs the same. Each arm
+first runs once at size a untimed: the first run in the process (and of an arm) pays one-time costs (imports,
+thread pools, first allocations) that once made t_a exceed t_b and projected a 490 s Atlas job at 15 s. Where
+t_b <= t_a all the same, the fit is noise; per_unit = t_b / b (fixed 0) then bounds the cost from above. The plan's
 wall time on `cores` single-threaded workers is bounded below by both the summed job time / cores and the longest
 job: the pilot reports the larger (`projected_wall_s`) and refuses a plan over the budget, naming the costliest
 arms. The pilot's own runs write to a scratch folder, never to the study's results.
@@ -76,11 +79,16 @@ def measure(jobs: Sequence[Job], run: Runner) -> list[Timing]:
             job = group[0]
             task = job.protocol.task
             knob, a, b = KNOBS[task]
+            run(job, scratch, {**SHORT[task], knob: a})  # warm-up, not timed
             t_a = timed(run, job, scratch, {**SHORT[task], knob: a})
             t_b = timed(run, job, scratch, {**SHORT[task], knob: b})
-            per_unit = max(0.0, (t_b - t_a) / (b - a))
+            if t_b > t_a:
+                per_unit = (t_b - t_a) / (b - a)
+                fixed = max(0.0, t_a - a * per_unit)
+            else:
+                per_unit, fixed = t_b / b, 0.0
             units = int(job.protocol.args.get(knob, 0))
-            timings.append(Timing(protocol, arm, knob, units, len(group), max(0.0, t_a - a * per_unit), per_unit))
+            timings.append(Timing(protocol, arm, knob, units, len(group), fixed, per_unit))
         return timings
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
