@@ -24,6 +24,7 @@ from marked_block import write_block
 
 import atlas_kernels.ops.memory.chunk as chunk_op
 from atlas_experiments.evaluation.synthetic_models import ModelChoice, build_lm, model_config
+from atlas_kernels.ops.memory.checkpoint import segment_state_bytes
 
 ARMS = {  # the study's arms of these names, as overrides of the atlas preset
     "atlas": {"muon_float64": False, "ns_form": "lowrank"},
@@ -53,7 +54,7 @@ def _state_mib(model: torch.nn.Module, ids: torch.Tensor) -> float:
     sizes, rule = [], chunk_op.default_checkpoint
 
     def spy(x, params, state, cfg):
-        sizes.append(x.k.shape[2] * sum(t.numel() * t.element_size() for t in state.tensors().values()))
+        sizes.append(segment_state_bytes(x, state))
         return rule(x, params, state, cfg)
 
     chunk_op.default_checkpoint = spy

@@ -36,12 +36,15 @@ def default_checkpoint(x: OpInputs, params: dict[str, torch.Tensor], state: Memo
     """
     if cfg.optimizer != "muon" or not torch.is_grad_enabled():
         return False
-    state_tensors = list(state.tensors().values())
-    inputs = [getattr(x, n) for n in _FIELDS] + list(params.values()) + state_tensors
+    inputs = [getattr(x, n) for n in _FIELDS] + list(params.values()) + list(state.tensors().values())
     if not any(t.requires_grad for t in inputs):
         return False
-    state_bytes = sum(t.numel() * t.element_size() for t in state_tensors)
-    return x.k.shape[2] * state_bytes > cfg.checkpoint_min_mib * 2**20
+    return segment_state_bytes(x, state) > cfg.checkpoint_min_mib * 2**20
+
+
+def segment_state_bytes(x: OpInputs, state: MemoryState) -> int:
+    """T x the bytes of one state (weights, momenta, window): what `default_checkpoint` compares with its threshold."""
+    return x.k.shape[2] * sum(t.numel() * t.element_size() for t in state.tensors().values())
 
 
 def checkpoint_groups(
@@ -55,12 +58,13 @@ def checkpoint_groups(
     """`run_chunks` over `chunks`, `group` at a time, each group one `_Group` node -> (the chunks' outputs, the end
     state, the state before the last chunk), as `run_chunks` over all of them returns."""
     names, pnames = tuple(state.tensors()), tuple(params)
+    s = len(names)
     outputs, start = [], state
     for i in range(0, len(chunks), group):
         part = chunks[i : i + group]
+        n = len(part)
         flat = [getattr(xc, f) for xc in part for f in _FIELDS] + [*state.tensors().values(), *params.values()]
-        out = _Group.apply(run_chunks, cfg, (len(part), names, pnames), *flat)
-        n, s = len(part), len(names)
+        out = _Group.apply(run_chunks, cfg, (n, names, pnames), *flat)
         outputs += out[:n]
         state = MemoryState.from_tensors(dict(zip(names, out[n : n + s])))
         start = MemoryState.from_tensors(dict(zip(names, out[n + s : n + 2 * s])))
