@@ -13,7 +13,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from atlas_experiments.evaluation.long_context import BABILONG_LENGTHS, DEFAULT_DEPTHS, PAPER_NIAH_LENGTHS
+from atlas_experiments.evaluation.long_context import (
+    BABILONG_LENGTHS,
+    DEFAULT_DEPTHS,
+    PAPER_NIAH_LENGTHS,
+    LongContextRun,
+)
 
 
 def register_subcommands(sub: argparse._SubParsersAction) -> None:
@@ -67,10 +72,9 @@ def _add_long_context_args(p: argparse.ArgumentParser, lengths: tuple[int, ...],
     p.add_argument("--save-samples", action="store_true", help="also write every prompt and prediction (JSONL)")
 
 
-def _long_context_run(args: argparse.Namespace):
+def _long_context_run(args: argparse.Namespace) -> LongContextRun:
     """The run settings S-NIAH and BABILong take alike from `_add_long_context_args` and the output options,
     checked before the model loads."""
-    from atlas_experiments.evaluation.long_context import LongContextRun
     from atlas_experiments.evaluation.protocol import parse_scorings
 
     if args.samples < 1:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from atlas_experiments.evaluation.protocol import (
     generation_details,
@@ -19,6 +19,9 @@ from atlas_experiments.evaluation.protocol import (
     sibling,
     write_records,
 )
+
+if TYPE_CHECKING:
+    from atlas_experiments.evaluation.results import EvalResult
 
 PAPER_NIAH_LENGTHS = (2048, 4096, 8192, 16384)
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -51,17 +54,15 @@ def run_niah_protocol(
     depths: list[float],
     samples_per_cell: int,
     run: LongContextRun,
-):
+) -> tuple[EvalResult, Path]:
     """S-NIAH on the tasks `specs` (`niah.NiahTask`); figures and samples go next to `run.out`. Prints the accuracy
     table; returns the result and the first figure (the run's artifact)."""
     from atlas_data.synthetic import niah
     from atlas_experiments.evaluation.needle import niah_metrics, plot_niah_heatmap
 
-    scorings, haystack, seed, out = list(run.scorings), run.haystack, run.seed, run.out
-    max_new_tokens = run.max_new_tokens
     tok = niah.TextTokenizer(loaded.tokenizer)
     texts, haystack_desc = (
-        ([], "") if all(s.haystack == "repeat" for s in specs) else haystack_texts(loaded, haystack, max(lengths))
+        ([], "") if all(s.haystack == "repeat" for s in specs) else haystack_texts(loaded, run.haystack, max(lengths))
     )
     essay = niah.Haystack.from_texts(texts, tok) if texts else None
 
@@ -72,9 +73,9 @@ def run_niah_protocol(
         lengths=lengths,
         depths=depths,
         samples_per_cell=samples_per_cell,
-        seed=seed,
+        seed=run.seed,
         haystack=essay,
-        tokens_to_generate=max_new_tokens,
+        tokens_to_generate=run.max_new_tokens,
     )
 
     deviations = scale_deviations(loaded)
@@ -87,16 +88,16 @@ def run_niah_protocol(
         f"fixed depth grid {depths} x {samples_per_cell} samples per cell "
         "(RULER: 500 samples per length at 40 random depths)"
     )
-    ttg = {s.name: (max_new_tokens or s.tokens_to_generate) for s in specs}
+    ttg = {s.name: (run.max_new_tokens or s.tokens_to_generate) for s in specs}
     deviations.append(f"generates at most {ttg} new tokens and reserves them in the length budget (RULER: 128)")
-    if "rank" in scorings:
+    if "rank" in run.scorings:
         deviations.append("rank_acc: answer vs 9 same-type distractors by log-likelihood (not RULER's protocol)")
-    if "generate" not in scorings:
+    if "generate" not in run.scorings:
         deviations.append("no generation: only rank scoring (the paper generates)")
     wrapped = sum(s.haystack_wrapped for s in samples if s.haystack == "essay")
     if wrapped:
         deviations.append(f"{wrapped} essay samples reuse haystack text (the haystack is shorter than the context)")
-    if haystack == "train":
+    if run.haystack == "train":
         deviations.append("haystack text from the training split (seen in training)")
 
     protocol = {
@@ -104,17 +105,17 @@ def run_niah_protocol(
         "lengths": lengths,
         "depths": depths,
         "samples_per_cell": samples_per_cell,
-        "scoring": scorings,
+        "scoring": list(run.scorings),
         "haystack": haystack_desc or "repeat filler only",
         "tokens_to_generate": ttg,
         "length_rule": "prompt tokens + tokens to generate <= length",
-        "seed": seed,
+        "seed": run.seed,
     }
     task_names = [s.name for s in specs]
 
     def plot(metrics: dict[str, float], prefix: str, scoring: str) -> Path:
         title = f"S-NIAH accuracy (%), {scoring}, {loaded.short_name}"
-        heatmap = sibling(out, f"_{prefix}_heatmap.png")
+        heatmap = sibling(run.out, f"_{prefix}_heatmap.png")
         return plot_niah_heatmap(metrics, task_names, lengths, depths, heatmap, prefix=prefix, title=title)
 
     return _score_and_report(
@@ -123,7 +124,7 @@ def run_niah_protocol(
         gen_seconds,
         task="niah",
         judge=lambda s, text: niah.string_match(text, s.answer),
-        max_new_tokens=max_new_tokens,
+        max_new_tokens=run.max_new_tokens,
         metrics_of=niah_metrics,
         plot=plot,
         protocol=protocol,
@@ -145,17 +146,16 @@ def run_babilong_protocol(
     samples_per_length: int,
     n_facts: int | None,
     run: LongContextRun,
-):
+) -> tuple[EvalResult, Path]:
     """BABILong-style QA on the bAbI `tasks`; figures and samples go next to `run.out`. Prints the accuracy table;
     returns the result and the first figure (the run's artifact)."""
     from atlas_data.synthetic import babilong, niah
     from atlas_experiments.evaluation.babilong_eval import babilong_judge, babilong_metrics, plot_babilong
 
-    scorings, haystack, seed, out = list(run.scorings), run.haystack, run.seed, run.out
     tok = niah.TextTokenizer(loaded.tokenizer)
     background, haystack_desc = None, "none (facts only)"
     if any(n > 0 for n in lengths):
-        texts, haystack_desc = haystack_texts(loaded, haystack, max(lengths))
+        texts, haystack_desc = haystack_texts(loaded, run.haystack, max(lengths))
         background = niah.Haystack.from_texts(texts, tok)
     ttg = run.max_new_tokens or 8
 
@@ -165,7 +165,7 @@ def run_babilong_protocol(
         tok,
         lengths=lengths,
         samples=samples_per_length,
-        seed=seed,
+        seed=run.seed,
         haystack=background,
         n_facts=n_facts,
         tokens_to_generate=ttg,
@@ -179,27 +179,27 @@ def run_babilong_protocol(
         "plain prompt '<context>\\nQuestion: ...\\nAnswer:' without BABILong's instructions or few-shot examples",
         f"context lengths {lengths} (paper: up to 10M tokens)",
     ]
-    if "rank" in scorings:
+    if "rank" in run.scorings:
         deviations.append("rank_acc: the task's labels ranked by log-likelihood (not BABILong's protocol)")
     wrapped = sum(s.haystack_wrapped for s in samples)
     if wrapped:
         deviations.append(f"{wrapped} samples reuse background text (it is shorter than the context)")
-    if haystack == "train":
+    if run.haystack == "train":
         deviations.append("background text from the training split (seen in training)")
     protocol = {
         "tasks": tasks,
         "lengths": lengths,
         "samples": samples_per_length,
         "n_facts": n_facts or {t: babilong.DEFAULT_FACTS[t] for t in tasks},
-        "scoring": scorings,
+        "scoring": list(run.scorings),
         "tokens_to_generate": ttg,
         "judge": "BABILong compare_answers on the first generated line",
         "haystack": haystack_desc,
-        "seed": seed,
+        "seed": run.seed,
     }
 
     def plot(metrics: dict[str, float], prefix: str, scoring: str) -> Path:
-        return plot_babilong(metrics, tasks, lengths, sibling(out, f"_{prefix}.png"), prefix, loaded.short_name)
+        return plot_babilong(metrics, tasks, lengths, sibling(run.out, f"_{prefix}.png"), prefix, loaded.short_name)
 
     return _score_and_report(
         loaded,
@@ -245,7 +245,7 @@ def _score_and_report(
     table: tuple[list[str], list[int]],
     run: LongContextRun,
     desc: str,
-):
+) -> tuple[EvalResult, Path]:
     """Score the generated `samples` on the loaded model, draw one figure per scoring (`plot(metrics, prefix,
     scoring)`), write the samples file if asked and build the result; prints the accuracy table of `table`
     (tasks, lengths) and returns the result and the first figure (the run's artifact)."""
