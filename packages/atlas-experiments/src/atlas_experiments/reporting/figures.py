@@ -96,7 +96,8 @@ def grouped_bars(title: str, ylabel: str, series: dict[str, dict[str, float]], p
     if not columns:
         return False
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(columns) + 2), 3.2))
+    # the legend sits right of the axes: with nine arms it covered the tallest bars
+    fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(columns) + 2) + 1.8, 3.2))
     width = 0.8 / max(len(series), 1)
     for i, (name, values) in enumerate(sorted(series.items())):
         xs = [j + i * width for j in range(len(columns))]
@@ -104,7 +105,7 @@ def grouped_bars(title: str, ylabel: str, series: dict[str, dict[str, float]], p
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(columns))], columns, fontsize=7, rotation=20)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     save_figure_atomic(fig, path)
     return True
