@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from atlas_kernels import init_memory_params
+from atlas_kernels.ops.memory import chunk as chunk_mod
 from atlas_kernels.ops.memory.chunk import memory_chunk_torch
 from atlas_kernels.testing import config_id, random_inputs, random_loss_grads, result_errors, valid_configs
 
@@ -92,6 +93,41 @@ def _saved_bytes(fn):
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn()
     return sum(saved.values())
+
+
+GRAM = [
+    dataclasses.replace(MUON[0], memory="mlp", feature_map="poly", poly_degree=2, ns_eval=ns_eval, muon_polynomial=poly)
+    for ns_eval, poly in (("matmul", "token"), ("eigh", "token"), ("matmul", "chunk"))
+]
+
+
+_RUN_CHUNKS = chunk_mod._run_chunks
+
+
+def _gram_recompute(monkeypatch, on: bool) -> None:
+    """The op's low-memory mode with the factored Muon path's Gram recomputation forced on or off."""
+    monkeypatch.setattr(chunk_mod, "_run_chunks", lambda *a, low_memory: _RUN_CHUNKS(*a, low_memory=on))
+
+
+@pytest.mark.parametrize("cfg", GRAM, ids=lambda c: f"{c.ns_eval}-{c.muon_polynomial}")
+def test_low_memory_muon_recomputes_its_gram_matrices_bit_for_bit(cfg, monkeypatch):
+    """A checkpointed op rebuilds each chunk's per-token Gram matrices in the backward instead of keeping them: the
+    same outputs, state and input gradients bit for bit, and fewer bytes kept for the backward."""
+    ref = _run(cfg, 13, checkpoint=True)
+    _gram_recompute(monkeypatch, False)
+    plain = _run(cfg, 13, checkpoint=True)
+    assert torch.equal(ref[0], plain[0])
+    assert all(torch.equal(ref[1][n], plain[1][n]) for n in ref[1])
+    assert ref[2].keys() == plain[2].keys()
+    for name, g in ref[2].items():
+        assert (g is None and plain[2][name] is None) or torch.equal(g, plain[2][name]), name
+
+    # inside a chunk (no chunk checkpoint, so that autograd's saved tensors are visible): what the backward keeps
+    q, k, v, gates = random_inputs(2, 8, H, D, seed=0, requires_grad=True)
+    p = _params(cfg)
+    kept = _saved_bytes(lambda: memory_chunk_torch(q, k, v, gates, p, cfg, checkpoint=False))
+    _gram_recompute(monkeypatch, True)
+    assert _saved_bytes(lambda: memory_chunk_torch(q, k, v, gates, p, cfg, checkpoint=False)) < kept
 
 
 def test_muon_checkpoints_by_default_when_grad_is_taken():

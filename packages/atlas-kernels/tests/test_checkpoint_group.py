@@ -79,9 +79,9 @@ def _alive_boundaries(cfg, T):
     made, calls = [], [0]
     step = chunk_mod._chunk_step
 
-    def spy(xc, state, params, cfg):
+    def spy(xc, state, params, cfg, *flags):
         calls[0] += 1  # before the step: a recompute stops inside it once it has what the backward needs
-        y, new = step(xc, state, params, cfg)
+        y, new = step(xc, state, params, cfg, *flags)
         # the storage: a group hands on detached tensors (other objects) of the chunks' states
         made.append(StorageWeakRef(next(iter(new.weights.values())).untyped_storage()))
         return y, new

@@ -18,6 +18,7 @@ the LayerNorm to the retrieved branch only.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -73,11 +74,13 @@ def memory_chunk_torch(
         checkpoint = default_checkpoint(x, params, state, cfg)
     chunks = _split_chunks(x, cfg.chunk_size)
     group = cfg.checkpoint_group if checkpoint and torch.is_grad_enabled() else 1
+    # Checkpointing is the op's low-memory mode: there the Muon chunks also recompute their Gram matrices
+    run = functools.partial(_run_chunks, low_memory=checkpoint)
     if group > 1 and len(chunks) > group:
         # Two levels: only every group-th boundary state stays alive between forward and backward
-        outputs, state, chunk_start = checkpoint_groups(_run_chunks, chunks, group, state, params, cfg)
+        outputs, state, chunk_start = checkpoint_groups(run, chunks, group, state, params, cfg)
     else:
-        outputs, state, chunk_start = _run_chunks(chunks, state, params, cfg, checkpoint)
+        outputs, state, chunk_start = run(chunks, state, params, cfg, checkpoint)
     o = torch.cat(outputs, dim=2) if outputs else x.v.new_zeros(B, H, 0, Dv)
     tail = T % cfg.chunk_size
     if tail:
@@ -85,17 +88,20 @@ def memory_chunk_torch(
     return o[:, :, n_pending:].transpose(1, 2).to(out_dtype), state
 
 
-def _run_chunks(chunks: list[OpInputs], state: MemoryState, params, cfg: MemoryConfig, checkpoint: bool):
-    """The chunks in order from `state`: (their outputs, the state after the last, the state before the last)."""
+def _run_chunks(
+    chunks: list[OpInputs], state: MemoryState, params, cfg: MemoryConfig, checkpoint: bool, low_memory: bool = False
+):
+    """The chunks in order from `state`: (their outputs, the state after the last, the state before the last).
+    `checkpoint`: each chunk under its own checkpoint; `low_memory`: passed on to `_chunk_step`."""
     outputs, chunk_start = [], state
     for xc in chunks:
         chunk_start = state
         if checkpoint:  # non-reentrant, no RNG inside a chunk (no RNG state to preserve)
             y, state = torch.utils.checkpoint.checkpoint(
-                _chunk_step, xc, state, params, cfg, use_reentrant=False, preserve_rng_state=False
+                _chunk_step, xc, state, params, cfg, low_memory, use_reentrant=False, preserve_rng_state=False
             )
         else:
-            y, state = _chunk_step(xc, state, params, cfg)
+            y, state = _chunk_step(xc, state, params, cfg, low_memory)
         outputs.append(y)
     return outputs, state, chunk_start
 
@@ -191,8 +197,9 @@ def _gradient_factors(wk, fk, wv, state, params, cfg):
     return factors, f0
 
 
-def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
-    """One chunk: `xc` holds its L <= b tokens only (see `_split_chunks`)."""
+def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig, low_memory: bool = False):
+    """One chunk: `xc` holds its L <= b tokens only (see `_split_chunks`). `low_memory`: the factored Muon path
+    recomputes its Gram matrices in the backward instead of keeping them (`muon_lowrank.lowrank_muon_chunk`)."""
     qc, kc, vc = xc.q, xc.k, xc.v
     alpha, eta, theta = xc.alpha, xc.eta, xc.theta
     L, halo = kc.shape[2], state.halo_k.shape[2]
@@ -217,7 +224,7 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
                               halo_v=wv[:, :, wv.shape[2] :], halo_gamma=wg[:, :, wg.shape[2] :])  # fmt: skip
     factors, f0 = _gradient_factors(wk, fk, wv, state, params, cfg)
     if cfg.optimizer == "muon" and uses_factored_path(cfg, _weight_shapes(factors), qc.device):
-        y, weights, momentum = lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target)
+        y, weights, momentum = lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target, low_memory)
     elif cfg.optimizer == "muon":
         y, weights, momentum = _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target)
     elif cfg.decay_first and cfg.bias == "l2":

@@ -84,13 +84,31 @@ class _Orthogonalised:
         return total.mT if self.tall else total
 
 
-def _orthogonalise(S0, signal, z, coef, th, cfg: MemoryConfig) -> _Orthogonalised:
+def _orthogonalise(S0, signal, z, coef, th, cfg: MemoryConfig, recompute: bool = False) -> _Orthogonalised:
     """Scale and Newton-Schulz polynomial of every S_m = Th_m S0 + sum_w coef[m, w] signal_w z_w^T.
 
-    S0 [B, H, o, i], signal [B, H, N, o], z [B, H, N, i], coef [B, H, L, N], th [B, H, L].
+    S0 [B, H, o, i], signal [B, H, N, o], z [B, H, N, i], coef [B, H, L, N], th [B, H, L]. `recompute`: the
+    normalised Gram matrices under a checkpoint, rebuilt from these inputs in the backward.
     """
     tall = S0.shape[-2] > S0.shape[-1]
     s0, left, right = (S0.mT, z, signal) if tall else (S0, signal, z)
+    args = (s0, left, right, coef, th, cfg.ns_eps)
+    if recompute and torch.is_grad_enabled() and any(t.requires_grad for t in args[:5]):
+        # Same ops on the same inputs in the backward, in the same graph order: the gradients are those of the
+        # plain call bit for bit, without keeping the per-token r x r products (docs/muon.md, "Chunk checkpointing")
+        gram, scale = torch.utils.checkpoint.checkpoint(
+            _normalised_gram, *args, use_reentrant=False, preserve_rng_state=False
+        )
+    else:
+        gram, scale = _normalised_gram(*args)
+    cpu64 = gram.device.type == "cpu" and gram.dtype == torch.float64
+    evaluate = ns_polynomial_spectral if cfg.ns_eval == "eigh" or (cfg.ns_eval == "auto" and cpu64) else ns_polynomial
+    poly = evaluate(gram, cfg.ns_steps, cfg.ns_coeffs)
+    return _Orthogonalised(poly, scale, s0, left, right, coef, th, tall)
+
+
+def _normalised_gram(s0, left, right, coef, th, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Y_m Y_m^T [B, H, L, r, r], scale_m [B, H, L]) of every S'_m = Th_m s0 + left^T diag(coef_m) right."""
     lowrank = coef.unsqueeze(-1) * left.unsqueeze(2)  # [B, H, m, w, r]: columns of the low-rank term
     cross = lowrank.mT @ (right @ s0.mT).unsqueeze(2)  # sum_w c e'_w (S0' z'_w)^T [B, H, m, r, r]
     inner = (right @ right.mT).unsqueeze(2)  # z'_w . z'_v [B, H, 1, N, N]
@@ -99,16 +117,14 @@ def _orthogonalise(S0, signal, z, coef, th, cfg: MemoryConfig) -> _Orthogonalise
     # ||S_m||_F^2 = tr(S_m S_m^T); the clamp keeps the gradient finite at S_m = 0 (and rounding from going
     # negative), where the norm of a matrix that small is far below eps anyway.
     sq = torch.diagonal(gram, dim1=-2, dim2=-1).sum(-1).clamp(min=torch.finfo(gram.dtype).tiny)
-    scale = 1.0 / (sq.sqrt() + cfg.ns_eps)
-    cpu64 = gram.device.type == "cpu" and gram.dtype == torch.float64
-    evaluate = ns_polynomial_spectral if cfg.ns_eval == "eigh" or (cfg.ns_eval == "auto" and cpu64) else ns_polynomial
-    poly = evaluate(gram * (scale * scale)[..., None, None], cfg.ns_steps, cfg.ns_coeffs)
-    return _Orthogonalised(poly, scale, s0, left, right, coef, th, tall)
+    scale = 1.0 / (sq.sqrt() + eps)
+    return gram * (scale * scale)[..., None, None], scale
 
 
-def lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg: MemoryConfig, target=None):
+def lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg: MemoryConfig, target=None, low_memory=False):
     """One chunk of the Muon recurrence -> (y [B, H, L, Dv], end weights, end momentum); the arguments as
-    `chunk._muon_chunk` (factors: {name: (signal [B, H, N, out], layer input [B, H, N, in])})."""
+    `chunk._muon_chunk` (factors: {name: (signal [B, H, N, out], layer input [B, H, N, in])}). `low_memory`: the
+    Gram matrices are recomputed in the backward (`_orthogonalise`'s `recompute`)."""
     coef = d.LTh @ G  # c[m, w]
     decay_eta = d.LA * eta.unsqueeze(-2)  # [j, m] -> A_j / A_m * eta_m
     dtype = coef.dtype
@@ -116,7 +132,7 @@ def lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg: MemoryCon
     th, coef_acc, decay_acc = d.Th.to(acc), coef.to(acc), decay_eta.to(acc)
     build = _ChunkPolynomial.of if cfg.muon_polynomial == "chunk" else _orthogonalise
     update = {
-        name: build(state.momentum[name].to(acc), s.to(acc), z.to(acc), coef_acc, th, cfg)
+        name: build(state.momentum[name].to(acc), s.to(acc), z.to(acc), coef_acc, th, cfg, low_memory)
         for name, (s, z) in factors.items()
     }
 
@@ -157,8 +173,8 @@ class _ChunkPolynomial:
     tall: bool
 
     @classmethod
-    def of(cls, S0, signal, z, coef, th, cfg: MemoryConfig) -> _ChunkPolynomial:
-        first = _orthogonalise(S0, signal, z, coef[..., :1, :], th[..., :1], cfg)
+    def of(cls, S0, signal, z, coef, th, cfg: MemoryConfig, recompute: bool = False) -> _ChunkPolynomial:
+        first = _orthogonalise(S0, signal, z, coef[..., :1, :], th[..., :1], cfg, recompute)
         # ||S_m||_F^2 = Th^2 ||S_0||^2 + 2 Th sum_w c_w e_w . S_0 z_w + sum_wv c_w c_v (e_w . e_v)(z_w . z_v)
         cross = (signal * (z @ S0.mT)).sum(-1)  # e_w . S_0 z_w [B, H, N]
         pair = (signal @ signal.mT) * (z @ z.mT)  # [B, H, N, N]
