@@ -19,7 +19,9 @@ The machine may be shared: for every cell the CPU time used by *other* processes
 above `--retry-load` is retried (up to `--retries` times, cheap cells only) and the least loaded run is kept;
 before each cell the driver waits (bounded by `--idle-wait`) for the other processes to go idle. On a loaded
 machine, 2-thread OpenMP spin-waiting makes runs 10-100x slower: use `--omp-wait-policy PASSIVE` (and, as root,
-`--nice -10`). A watchdog aborts a cell whose RSS would exceed min(--max-mem-gb, 80% of MemAvailable).
+`--nice -10`). On an idle machine leave the policy unset: PASSIVE slows LAPACK's many short parallel regions, and
+with it the factored Muon path's `eigh` evaluation, about 5x (memory_op.md, 2026-12-02). A watchdog aborts a cell
+whose RSS would exceed min(--max-mem-gb, 80% of MemAvailable).
 
 Before/after comparisons in one run: `--src LABEL=PATH` names another atlas-kernels source tree (for example a
 `git worktree` of an older commit, PATH = its packages/atlas-kernels/src); an op written `OP@LABEL` runs its
@@ -31,7 +33,8 @@ level even when activation checkpointing frees the intermediates; set `MALLOC_MM
 environment (the cells inherit it; the report prints it) to measure live memory instead.
 
 Examples:
-    .venv/bin/python benchmarks/memory_op.py --nice -10 --omp-wait-policy PASSIVE --out benchmarks/memory_op.md
+    .venv/bin/python benchmarks/memory_op.py --nice -10 --out benchmarks/memory_op.md   # idle machine
+    .venv/bin/python benchmarks/memory_op.py --nice -10 --omp-wait-policy PASSIVE --out F   # shared machine
     .venv/bin/python benchmarks/memory_op.py --ops chunk-titans,titans-pt-b16 --lengths 256,1024 --repeats 3
     .venv/bin/python benchmarks/memory_op.py --profile chunk-titans:1024
     git worktree add --detach /tmp/before HEAD~3
@@ -236,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
         "--omp-wait-policy",
         choices=["PASSIVE", "ACTIVE"],
         help="OMP_WAIT_POLICY of the cell processes (PASSIVE: idle OpenMP workers sleep instead of spinning, "
-        "which avoids 10-100x slowdowns of 2-thread runs when other processes compete for the cores)",
+        "which avoids 10-100x slowdowns of 2-thread runs when other processes compete for the cores; on an idle "
+        "machine it slows LAPACK-heavy ops such as ns_eval=eigh about 5x, so leave it unset there)",
     )
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     p.add_argument("--max-cell-seconds", type=float, default=60.0, help="time budget of one (op, T) cell")
