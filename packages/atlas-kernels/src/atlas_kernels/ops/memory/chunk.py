@@ -89,7 +89,7 @@ def memory_chunk_torch(
 
 
 def _run_chunks(
-    chunks: list[OpInputs], state: MemoryState, params, cfg: MemoryConfig, checkpoint: bool, low_memory: bool = False
+    chunks: list[OpInputs], state: MemoryState, params, cfg: MemoryConfig, checkpoint: bool, low_memory: bool
 ):
     """The chunks in order from `state`: (their outputs, the state after the last, the state before the last).
     `checkpoint`: each chunk under its own checkpoint; `low_memory`: passed on to `_chunk_step`."""
@@ -197,7 +197,7 @@ def _gradient_factors(wk, fk, wv, state, params, cfg):
     return factors, f0
 
 
-def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig, low_memory: bool = False):
+def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig, low_memory: bool):
     """One chunk: `xc` holds its L <= b tokens only (see `_split_chunks`). `low_memory`: the factored Muon path
     recomputes its Gram matrices in the backward instead of keeping them (`muon_lowrank.lowrank_muon_chunk`)."""
     qc, kc, vc = xc.q, xc.k, xc.v

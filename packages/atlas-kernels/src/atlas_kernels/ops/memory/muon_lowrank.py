@@ -84,7 +84,7 @@ class _Orthogonalised:
         return total.mT if self.tall else total
 
 
-def _orthogonalise(S0, signal, z, coef, th, cfg: MemoryConfig, recompute: bool = False) -> _Orthogonalised:
+def _orthogonalise(S0, signal, z, coef, th, cfg: MemoryConfig, recompute: bool) -> _Orthogonalised:
     """Scale and Newton-Schulz polynomial of every S_m = Th_m S0 + sum_w coef[m, w] signal_w z_w^T.
 
     S0 [B, H, o, i], signal [B, H, N, o], z [B, H, N, i], coef [B, H, L, N], th [B, H, L]. `recompute`: the
@@ -92,15 +92,15 @@ def _orthogonalise(S0, signal, z, coef, th, cfg: MemoryConfig, recompute: bool =
     """
     tall = S0.shape[-2] > S0.shape[-1]
     s0, left, right = (S0.mT, z, signal) if tall else (S0, signal, z)
-    args = (s0, left, right, coef, th, cfg.ns_eps)
-    if recompute and torch.is_grad_enabled() and any(t.requires_grad for t in args[:5]):
+    factors = (s0, left, right, coef, th)
+    if recompute and torch.is_grad_enabled() and any(t.requires_grad for t in factors):
         # Same ops on the same inputs in the backward, in the same graph order: the gradients are those of the
         # plain call bit for bit, without keeping the per-token r x r products (docs/muon.md, "Chunk checkpointing")
         gram, scale = torch.utils.checkpoint.checkpoint(
-            _normalised_gram, *args, use_reentrant=False, preserve_rng_state=False
+            _normalised_gram, *factors, cfg.ns_eps, use_reentrant=False, preserve_rng_state=False
         )
     else:
-        gram, scale = _normalised_gram(*args)
+        gram, scale = _normalised_gram(*factors, cfg.ns_eps)
     cpu64 = gram.device.type == "cpu" and gram.dtype == torch.float64
     evaluate = ns_polynomial_spectral if cfg.ns_eval == "eigh" or (cfg.ns_eval == "auto" and cpu64) else ns_polynomial
     poly = evaluate(gram, cfg.ns_steps, cfg.ns_coeffs)
@@ -121,7 +121,7 @@ def _normalised_gram(s0, left, right, coef, th, eps: float) -> tuple[torch.Tenso
     return gram * (scale * scale)[..., None, None], scale
 
 
-def lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg: MemoryConfig, target=None, low_memory=False):
+def lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg: MemoryConfig, target, low_memory: bool):
     """One chunk of the Muon recurrence -> (y [B, H, L, Dv], end weights, end momentum); the arguments as
     `chunk._muon_chunk` (factors: {name: (signal [B, H, N, out], layer input [B, H, N, in])}). `low_memory`: the
     Gram matrices are recomputed in the backward (`_orthogonalise`'s `recompute`)."""
@@ -173,7 +173,7 @@ class _ChunkPolynomial:
     tall: bool
 
     @classmethod
-    def of(cls, S0, signal, z, coef, th, cfg: MemoryConfig, recompute: bool = False) -> _ChunkPolynomial:
+    def of(cls, S0, signal, z, coef, th, cfg: MemoryConfig, recompute: bool) -> _ChunkPolynomial:
         first = _orthogonalise(S0, signal, z, coef[..., :1, :], th[..., :1], cfg, recompute)
         # ||S_m||_F^2 = Th^2 ||S_0||^2 + 2 Th sum_w c_w e_w . S_0 z_w + sum_wv c_w c_v (e_w . e_v)(z_w . z_v)
         cross = (signal * (z @ S0.mT)).sum(-1)  # e_w . S_0 z_w [B, H, N]
