@@ -174,9 +174,7 @@ def timing(budget: Budget, peak: float, quick: bool, only: str = "all") -> list[
                 ("torch chunk op", "gated mlp momentum c=4", gated_mlp, atlas_factory,
                  ("torch", B, T, H, D, gated_mlp)),
             ]  # fmt: skip
-            atlas_runs = [("torch chunk op", name, cfg, atlas_factory, ("torch", B, T, H, D, cfg))
-                          for name, cfg in cases.ATLAS_CONFIGS.items()]  # fmt: skip
-            runs = {"all": runs + mlp_runs + atlas_runs, "linear": runs, "mlp": mlp_runs, "atlas": atlas_runs}[only]
+            runs = {"all": runs + mlp_runs, "linear": runs, "mlp": mlp_runs}[only]
             for impl, cname, cfg, factory, factory_args in runs:
                 row = f"| {model} | {T} | {B} | {impl} | {cname} |"
                 if not budget.ok(20):
@@ -190,10 +188,6 @@ def timing(budget: Budget, peak: float, quick: bool, only: str = "all") -> list[
                     step, forward, leaves = made
                     fwd = bench_ms(forward, rep_ms=100)
                     full = bench_ms(step, grad_to_none=leaves)
-                    if cfg.feature_map != "identity":  # no FLOP model for features or Newton-Schulz: time only
-                        lines.append(row + f" {fwd:.2f} | {full:.2f} | {B * T / (full * 1e-3):,.0f} | - | - |")
-                        print(lines[-1], flush=True)
-                        continue
                     if cfg.memory in ("mlp", "gated_mlp"):
                         flops = mlp_memory_flops(B, T, H, D, cfg.expansion * D, cases.CHUNK, cfg.window,
                                                  cfg.uses_momentum, cfg.memory == "gated_mlp")  # fmt: skip
@@ -212,6 +206,53 @@ def timing(budget: Budget, peak: float, quick: bool, only: str = "all") -> list[
                     if cases.DEVICE == "cuda":
                         torch.cuda.empty_cache()
                 print(lines[-1], flush=True)
+    return lines
+
+
+def atlas_timing(budget: Budget, quick: bool) -> list[str]:
+    """Atlas's memory (MLP, degree-2 features, c = 4) in the torch chunk op with each Muon path, as ratios to the same
+    op with gd (the GD twin: OmegaNet's price), at the ATLAS_SHAPES; `quick`: the first shape only."""
+    lines = [
+        "## Atlas's Muon paths beside the GD twin (torch chunk op, bf16 inputs, chunk 16, window 4)",
+        "",
+        "Each row: best of 2 timed calls after an untimed one; peak = GPU memory one forward+backward allocates beyond",
+        "its inputs; ratio = fwd+bwd time / the GD twin's at the same shape (docs/muon.md: the factored path's float64",
+        "update is the default; the approximate Muon is a labelled option, never a default).",
+        "",
+        "| model | T | B | config | fwd ms | fwd+bwd ms | tokens/s (fwd+bwd) | peak GiB | vs GD twin |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, (model, (B, T)) in enumerate(cases.ATLAS_SHAPES.items()):
+        if quick and i > 0:
+            continue
+        _, H, D = cases.MODELS[model]
+        twin_ms = None
+        for name, cfg in cases.ATLAS_CONFIGS.items():
+            row = f"| {model} | {T} | {B} | {name} |"
+            if not budget.ok(30):
+                lines.append(row + " skipped (time budget) | | | | |")
+                print(lines[-1], flush=True)
+                continue
+            try:
+                step, forward, leaves = cases.atlas_step("torch", B, T, H, D, cfg)
+                peak = cases.peak_gib(step, leaves)
+                fwd = cases.time_ms(forward)
+                full = cases.time_ms(step)
+                twin_ms = full if name == cases.ATLAS_TWIN else twin_ms
+                ratio = f"{full / twin_ms:.1f}x" if twin_ms else "-"
+                mem = "-" if peak is None else f"{peak:.1f}"
+                lines.append(row + f" {fwd:.1f} | {full:.1f} | {B * T / (full * 1e-3):,.0f} | {mem} | {ratio} |")
+            except torch.OutOfMemoryError:
+                lines.append(row + " out of memory | | | | |")
+            except Exception as exc:
+                msg = str(exc).splitlines()[0][:120] if str(exc) else ""
+                lines.append(row + f" ERROR {type(exc).__name__}: {msg} | | | | |")
+                traceback.print_exc()
+            finally:
+                step = forward = leaves = None
+                if cases.DEVICE == "cuda":
+                    torch.cuda.empty_cache()
+            print(lines[-1], flush=True)
     return lines
 
 
@@ -248,8 +289,11 @@ def main() -> int:
         "",
     ]
     lines = [] if args.skip_checks else correctness(budget, args.quick, args.only)
-    peak = matmul_tflops()
-    lines += [""] + timing(budget, peak, args.quick, args.only)
+    if args.only != "atlas":
+        peak = matmul_tflops()
+        lines += [""] + timing(budget, peak, args.quick, args.only)
+    if args.only in ("all", "atlas"):
+        lines += [""] + atlas_timing(budget, args.quick)
     lines += ["", f"Total wall time: {time.time() - start:.0f} s (budget {args.budget:.0f} s)."]
     text = "\n".join(header + lines) + "\n"
     Path(args.out).write_text(text)

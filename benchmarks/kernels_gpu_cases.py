@@ -55,13 +55,19 @@ MLP_CONFIGS = {
 # how far the factored Muon path (docs/muon.md) brings the paper's model toward OmegaNet's price on a GPU
 ATLAS_CHUNK = 16
 _ATLAS = MemoryConfig(memory="mlp", optimizer="muon", feature_map="poly", window=4, chunk_size=ATLAS_CHUNK)
+# The twin first: every other row is reported as a ratio to it. The materialised path last: the most expensive row.
+ATLAS_TWIN = "atlas gd twin"
 ATLAS_CONFIGS = {
+    ATLAS_TWIN: dataclasses.replace(_ATLAS, optimizer="gd"),
     "atlas muon, factored (float64 update)": _ATLAS,
     "atlas muon, factored (float32 update)": dataclasses.replace(_ATLAS, muon_float64=False),
-    "atlas muon, materialised": dataclasses.replace(_ATLAS, ns_form="materialise"),
     "atlas approx. muon (one polynomial per chunk)": dataclasses.replace(_ATLAS, muon_polynomial="chunk"),
-    "atlas gd twin": dataclasses.replace(_ATLAS, optimizer="gd"),
+    "atlas muon, materialised": dataclasses.replace(_ATLAS, ns_form="materialise"),
 }
+# (B, T) of the Atlas rows, the paper's larger model first. One or two sequences: the GD twin keeps every chunk's
+# state for the backward (the torch op checkpoints Muon only), 60 MB of bf16 weights per chunk at 760M (16 heads,
+# W2 384 x 4753 with degree-2 features of head dim 96), 30 GB over 128 chunks with the backward's copies.
+ATLAS_SHAPES = {"760M": (1, 2048), "340M": (2, 2048)}
 # the 760M shape (Dk = 96 -> 128-wide tiles) is checked by tests/test_triton_gpu.py; here it would cost compile time
 CHECK_SHAPES = {"340M T=2048 B=2": (2, 2048, 16, 64)}
 TOL = {"linear": 2e-2, "ns": 2e-2, "poly": 2e-2, "mlp": 2e-2}
@@ -72,9 +78,10 @@ DEVICE = "cuda"
 
 def smoke_setup() -> None:
     """Shrink everything and run on CPU under the Triton interpreter (checks the script, not the kernels' speed)."""
-    global MODELS, LENGTHS, TOKENS_PER_BATCH, CHECK_SHAPES, NS_SHAPES, POLY_SHAPE, DEVICE
+    global MODELS, LENGTHS, TOKENS_PER_BATCH, CHECK_SHAPES, NS_SHAPES, POLY_SHAPE, DEVICE, ATLAS_SHAPES
     os.environ["TRITON_INTERPRET"] = "1"
     MODELS = {"tiny": (32, 2, 16)}
+    ATLAS_SHAPES = {"tiny": (1, 70)}
     LENGTHS = (70,)
     TOKENS_PER_BATCH = 70
     CHECK_SHAPES = {"tiny T=70 B=1": (1, 70, 2, 16)}
@@ -137,6 +144,37 @@ def bench_ms(fn, grad_to_none=None, rep_ms=200) -> float:
         return 1e3 * (time.perf_counter() - t0)
     torch.cuda.synchronize()
     return float(triton.testing.do_bench(fn, warmup=50, rep=rep_ms, grad_to_none=grad_to_none))
+
+
+def time_ms(fn, reps: int = 2) -> float:
+    """Best wall time of `reps` calls after one untimed call: for steps of a second or more, where
+    `triton.testing.do_bench`'s estimate-then-repeat would spend many calls."""
+    fn()
+    times = []
+    for _ in range(reps):
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+        times.append(1e3 * (time.perf_counter() - t0))
+    return min(times)
+
+
+def peak_gib(step, leaves) -> float | None:
+    """GPU memory one call of `step` allocates at its peak beyond what was allocated before it (None on CPU)."""
+    if DEVICE != "cuda":
+        step()
+        return None
+    for t in leaves:
+        t.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**30
 
 
 def matmul_tflops() -> float:
