@@ -146,10 +146,11 @@ def bench_ms(fn, grad_to_none=None, rep_ms=200) -> float:
     return float(triton.testing.do_bench(fn, warmup=50, rep=rep_ms, grad_to_none=grad_to_none))
 
 
-def time_ms(fn, reps: int = 2) -> float:
-    """Best wall time of `reps` calls after one untimed call: for steps of a second or more, where
+def time_ms(fn, reps: int = 2, warm: bool = False) -> float:
+    """Best wall time of `reps` calls (after one untimed call unless `warm`): for steps of a second or more, where
     `triton.testing.do_bench`'s estimate-then-repeat would spend many calls."""
-    fn()
+    if not warm:
+        fn()
     times = []
     for _ in range(reps):
         if DEVICE == "cuda":
@@ -162,19 +163,21 @@ def time_ms(fn, reps: int = 2) -> float:
     return min(times)
 
 
-def peak_gib(step, leaves) -> float | None:
-    """GPU memory one call of `step` allocates at its peak beyond what was allocated before it (None on CPU)."""
-    if DEVICE != "cuda":
-        step()
-        return None
+def first_call(step, leaves) -> tuple[float, float | None]:
+    """(wall ms, peak GiB) of the first call of `step`: the GPU memory it allocates at its peak beyond what was
+    allocated before it (None on CPU). Its time includes one-off costs (cuBLAS handles, allocator growth)."""
     for t in leaves:
         t.grad = None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated() if DEVICE == "cuda" else 0
+    t0 = time.perf_counter()
     step()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - before) / 2**30
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    ms = 1e3 * (time.perf_counter() - t0)
+    return ms, (torch.cuda.max_memory_allocated() - before) / 2**30 if DEVICE == "cuda" else None
 
 
 def matmul_tflops() -> float:

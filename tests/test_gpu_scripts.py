@@ -73,3 +73,27 @@ def test_the_atlas_rows_run_at_a_tiny_shape(tmp_path):
     assert rows[0].endswith("| - | 1.0x |")  # the GD twin, its own reference
     ratios = [float(row.split(" | ")[-1].rstrip(" |x")) for row in rows]
     assert all(r > 0 for r in ratios)
+
+
+class _NoRoomAfterTheFirstCall:
+    """A budget with room for each row's first call and none for its timed repeats."""
+
+    def ok(self, need: float = 0.0) -> bool:
+        return need <= 30
+
+
+def test_a_short_budget_reports_the_first_call_and_saves_every_row(monkeypatch):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import kernels_gpu
+    import kernels_gpu_cases as cases
+
+    monkeypatch.setattr(cases, "DEVICE", "cpu")
+    monkeypatch.setattr(cases, "MODELS", {"tiny": (32, 2, 8)})
+    monkeypatch.setattr(cases, "ATLAS_SHAPES", {"tiny": (1, 21)})
+    saved = []
+    budget = _NoRoomAfterTheFirstCall()
+    lines = kernels_gpu.atlas_timing(budget, quick=False, save=lambda rows: saved.append(list(rows)))
+    rows = [line for line in lines if line.startswith("| tiny |")]
+    assert len(rows) == len(cases.ATLAS_CONFIGS) == len(saved)
+    assert all("(first call only)" in row and row.split(" | ")[4] == "-" for row in rows)
+    assert [len(s) for s in saved] == sorted(len(s) for s in saved) and saved[-1] == lines
