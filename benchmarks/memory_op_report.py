@@ -82,8 +82,9 @@ def targets(cells: list[Cell]) -> str:
                 )
     for op in ops:
         done = [c for c in cells if c.op == op and c.result is not None]
-        if len(done) >= 2:
-            lo, hi = done[0], done[-1]
+        # an op may be listed twice to interleave repeats (A, B, A, B): the slope needs two lengths
+        lo, hi = min(done, key=lambda c: c.T, default=None), max(done, key=lambda c: c.T, default=None)
+        if lo is not None and hi.T > lo.T:
             slope = math.log(hi.result["peak_mb"] / max(lo.result["peak_mb"], 1e-3)) / math.log(hi.T / lo.T)
             per_tok = ", ".join(f"{c.result['peak_mb'] / c.T * 1000:.0f}" for c in done)
             lines.append(

@@ -17,7 +17,7 @@ from atlas_kernels import MemoryConfig, MemoryConfigError, init_memory_params, m
 from atlas_kernels.config import DEFAULT_NS_COEFFS
 from atlas_kernels.ops.memory import muon_lowrank
 from atlas_kernels.ops.newton_schulz.gram import ns_polynomial
-from atlas_kernels.ops.newton_schulz.spectral import ns_polynomial_spectral
+from atlas_kernels.ops.newton_schulz.spectral import _divided_differences, ns_polynomial_spectral
 from atlas_kernels.testing import random_inputs, random_loss_grads, result_errors
 
 VALUE_TOL, GRAD_TOL = 1e-10, 3e-10
@@ -62,6 +62,43 @@ SPECTRA = {
 def test_spectral_equals_matmul(spectrum, steps, coeffs):
     values, grads = _both(SPECTRA[spectrum](), steps, coeffs)
     assert values < VALUE_TOL and grads < GRAD_TOL, (values, grads)
+
+
+def _divided_differences_out_of_place(lam: torch.Tensor, steps: int, coeffs) -> torch.Tensor:
+    """The product-rule recursion of `spectral._divided_differences` with a new tensor per operation."""
+    a, b, c = coeffs
+    ax, ay = lam.unsqueeze(-1), lam.unsqueeze(-2)
+    da, dp = torch.ones_like(ax * ay), torch.zeros_like(ax * ay)
+    py = torch.ones_like(ay)
+    for step in range(steps):
+        qx, qy = a + b * ax + c * ax * ax, a + b * ay + c * ay * ay
+        dq = (b + c * (ax + ay)) * da
+        dp = qx * dp + py * dq
+        py = qy * py
+        if step + 1 < steps:
+            da = qx * qx * da + ay * (qx + qy) * dq
+            ax, ay = qx * qx * ax, qy * qy * ay
+    return dp
+
+
+@pytest.mark.parametrize("spectrum", list(SPECTRA))
+@pytest.mark.parametrize("steps, coeffs", [(5, DEFAULT_NS_COEFFS), (1, DEFAULT_NS_COEFFS), (0, DEFAULT_NS_COEFFS),
+                                           (3, (2.0, -1.5, 0.5))])  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_in_place_divided_differences_equal_the_out_of_place_recursion_bit_for_bit(spectrum, steps, coeffs, dtype):
+    lam = torch.linalg.eigvalsh(SPECTRA[spectrum]()).to(dtype)
+    expected = _divided_differences_out_of_place(lam, steps, coeffs)
+    assert torch.equal(_divided_differences(lam, steps, coeffs), expected)
+
+
+def test_divided_differences_are_the_derivative_on_the_diagonal_and_the_slope_off_it():
+    lam = torch.tensor([0.0, 0.05, 0.3, 0.3, 0.9], dtype=torch.float64)
+    d = _divided_differences(lam, 5, DEFAULT_NS_COEFFS)
+    p = lambda x: ns_polynomial_spectral(torch.diag(x), 5, DEFAULT_NS_COEFFS).diagonal()  # noqa: E731
+    slope = (p(lam[[1]]) - p(lam[[2]])) / (lam[1] - lam[2])
+    derivative = torch.autograd.functional.jacobian(p, lam[[4]])[0, 0]
+    assert torch.allclose(d[1, 2], slope[0], rtol=1e-12) and torch.allclose(d[4, 4], derivative, rtol=1e-12)
+    assert torch.allclose(d, d.mT, rtol=1e-12) and d[2, 3] == d[2, 2]  # repeated eigenvalues: no 0 / 0
 
 
 def test_zero_steps_is_the_identity():

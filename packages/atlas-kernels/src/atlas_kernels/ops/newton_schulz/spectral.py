@@ -38,19 +38,24 @@ def _divided_differences(lam: torch.Tensor, steps: int, coeffs: NsCoeffs) -> tor
 
     With x = lam_i, y = lam_j and f[x, y] the divided difference: q[x, y] = (b + c (a_j(x) + a_j(y))) a_j[x, y],
     (q p)[x, y] = q(x) p[x, y] + p(y) q[x, y], (q^2 a)[x, y] = q(x)^2 a[x, y] + a(y) (q(x) + q(y)) q[x, y].
+    The r x r matrices are updated in place in three buffers: each step is a dozen passes over memory that a fresh
+    tensor per operation would first have to fault in (most of this function's time on a CPU), with the same
+    operations in the same order, so the same rounding.
     """
     a, b, c = coeffs
     ax, ay = lam.unsqueeze(-1), lam.unsqueeze(-2)
-    da = torch.ones_like(ax * ay)
+    shape = torch.broadcast_shapes(ax.shape, ay.shape)
+    da = lam.new_ones(shape)  # a_j[x, y]
+    dp = lam.new_zeros(shape)  # p_j[x, y]
+    dq, tmp = torch.empty_like(da), torch.empty_like(da)
     px, py = torch.ones_like(ax), torch.ones_like(ay)
-    dp = torch.zeros_like(da)
     for step in range(steps):
         qx, qy = a + b * ax + c * ax * ax, a + b * ay + c * ay * ay
-        dq = (b + c * (ax + ay)) * da
-        dp = qx * dp + py * dq
+        torch.add(ax, ay, out=dq).mul_(c).add_(b).mul_(da)  # q[x, y]
+        dp.mul_(qx).add_(torch.mul(py, dq, out=tmp))  # q(x) p[x, y] + p(y) q[x, y]
         px, py = qx * px, qy * py
         if step + 1 < steps:
-            da = qx * qx * da + ay * (qx + qy) * dq
+            da.mul_(qx * qx).add_(torch.add(qx, qy, out=tmp).mul_(ay).mul_(dq))
             ax, ay = qx * qx * ax, qy * qy * ay
     return dp
 
@@ -67,7 +72,7 @@ class _SpectralPolynomial(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         lam, vec = ctx.saved_tensors
         inner = vec.mT @ grad @ vec
-        return vec @ (_divided_differences(lam, ctx.steps, ctx.coeffs) * inner) @ vec.mT, None, None
+        return vec @ _divided_differences(lam, ctx.steps, ctx.coeffs).mul_(inner) @ vec.mT, None, None
 
 
 def ns_polynomial_spectral(gram: torch.Tensor, steps: int, coeffs: NsCoeffs) -> torch.Tensor:
