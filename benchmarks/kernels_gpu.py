@@ -235,7 +235,6 @@ def atlas_timing(budget: Budget, quick: bool, save=lambda lines: None) -> list[s
                 lines.append(row + " skipped (time budget) | | | | |")
                 print(lines[-1], flush=True)
                 continue
-            step = forward = leaves = None
             try:
                 step, forward, leaves = cases.atlas_step("torch", B, T, H, D, cfg)
                 first_ms, peak = cases.first_call(step, leaves)

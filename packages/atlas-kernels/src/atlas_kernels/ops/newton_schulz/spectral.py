@@ -38,7 +38,7 @@ def _divided_differences(lam: torch.Tensor, steps: int, coeffs: NsCoeffs) -> tor
 
     With x = lam_i, y = lam_j and f[x, y] the divided difference: q[x, y] = (b + c (a_j(x) + a_j(y))) a_j[x, y],
     (q p)[x, y] = q(x) p[x, y] + p(y) q[x, y], (q^2 a)[x, y] = q(x)^2 a[x, y] + a(y) (q(x) + q(y)) q[x, y].
-    The r x r matrices are updated in place in three buffers: each step is a dozen passes over memory that a fresh
+    The r x r matrices live in four buffers updated in place: each step is a dozen passes over memory that a fresh
     tensor per operation would first have to fault in (most of this function's time on a CPU), with the same
     operations in the same order, so the same rounding.
     """
@@ -48,12 +48,12 @@ def _divided_differences(lam: torch.Tensor, steps: int, coeffs: NsCoeffs) -> tor
     da = lam.new_ones(shape)  # a_j[x, y]
     dp = lam.new_zeros(shape)  # p_j[x, y]
     dq, tmp = torch.empty_like(da), torch.empty_like(da)
-    px, py = torch.ones_like(ax), torch.ones_like(ay)
+    py = torch.ones_like(ay)  # p_j(y); p_j(x) is not needed
     for step in range(steps):
         qx, qy = a + b * ax + c * ax * ax, a + b * ay + c * ay * ay
         torch.add(ax, ay, out=dq).mul_(c).add_(b).mul_(da)  # q[x, y]
         dp.mul_(qx).add_(torch.mul(py, dq, out=tmp))  # q(x) p[x, y] + p(y) q[x, y]
-        px, py = qx * px, qy * py
+        py = qy * py
         if step + 1 < steps:
             da.mul_(qx * qx).add_(torch.add(qx, qy, out=tmp).mul_(ay).mul_(dq))
             ax, ay = qx * qx * ax, qy * qy * ay
