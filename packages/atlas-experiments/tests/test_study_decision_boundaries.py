@@ -34,7 +34,7 @@ def seeds(*values):
 
 
 def test_verdicts_print_as_the_pre_registration_words():
-    assert [str(v) for v in Verdict] == ["holds", "does not hold", "inconclusive"]
+    assert [str(v) for v in Verdict] == ["holds", "does not hold", "inconclusive", "not resolved (floor)"]
 
 
 # ----------------------------------------------------------------------------------------- boundaries

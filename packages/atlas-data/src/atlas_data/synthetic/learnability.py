@@ -124,3 +124,11 @@ def generate_stream(
         inputs = inputs / np.sqrt(np.mean(inputs**2))
         outputs = outputs / np.sqrt(np.mean(outputs**2))
     return inputs.astype(np.float32), outputs.astype(np.float32)
+
+
+def mean_predictor_losses(outputs: np.ndarray) -> np.ndarray:
+    """[T] normalised losses ||c - o_j||^2 / ||o_j||^2 of the best constant predictor in hindsight, c = the stream's
+    mean output: a memory that does not beat it has learned nothing about the inputs."""
+    o = np.asarray(outputs, dtype=np.float64)
+    c = o.mean(axis=0)
+    return ((c - o) ** 2).sum(-1) / np.maximum((o**2).sum(-1), 1e-12)

@@ -118,3 +118,15 @@ def generate_mqar(cfg: MQARConfig, num_examples: int, seed: int | np.random.Gene
         inputs[filler] = rng.integers(0, v, size=int(filler.sum()))
     params = {**asdict(cfg), "num_queries": q, "num_examples": n}
     return TokenDataset(inputs, targets, v, "mqar", params)
+
+
+def copy_from_context_accuracy(data: TokenDataset, num_kv_pairs: int) -> float:
+    """Accuracy of answering every query with a value copied uniformly at random from the example's context: per
+    query, the share of the P context values (positions 1, 3, ..., 2P - 1) equal to the target. With distinct values
+    this is 1 / P; a model below it has not learned to find the queried key."""
+    context = data.inputs[:, 1 : 2 * num_kv_pairs : 2]  # [N, P]
+    rows, cols = np.nonzero(data.targets != IGNORE_INDEX)
+    if rows.size == 0:
+        raise ConfigError("mqar: no query positions to score")
+    hits = context[rows] == data.targets[rows, cols][:, None]
+    return float(hits.mean(axis=1).mean())

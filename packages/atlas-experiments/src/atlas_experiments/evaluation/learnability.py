@@ -159,6 +159,11 @@ def online_losses(
     return losses.cpu().numpy()
 
 
+def final_window(seq_len: int) -> int:
+    """The positions at the end of a stream that `final_loss` averages over: its last tenth."""
+    return max(1, seq_len // 10)
+
+
 def _bin(curve: np.ndarray, bins: int) -> tuple[list[float], list[float]]:
     """(bin centres, bin means) of a 1-D curve over positions 1..T."""
     t = curve.shape[-1]
@@ -184,7 +189,7 @@ def run_learnability(
     metrics: dict[str, float] = {}
     curves: dict[str, Any] = {}
     claims: dict[str, Any] = {}
-    tail = max(1, cfg.seq_len // 10)
+    tail = final_window(cfg.seq_len)
     for layers, expansion in protocol.memories:
         mlabel = memory_label(layers, expansion)
         start = time.perf_counter()

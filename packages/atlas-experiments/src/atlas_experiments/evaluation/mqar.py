@@ -125,11 +125,19 @@ class MQARProtocol:
 
 
 def _datasets(protocol: MQARProtocol, seed: int):
-    train, test = [], []
-    for i, cfg in enumerate(protocol.configs):
-        train.append(generate_mqar(cfg, protocol.train_size(), seed=np.random.default_rng([seed, 1, i])))
-        test.append(generate_mqar(cfg, protocol.test_examples, seed=np.random.default_rng([seed, 2, i])))
-    return train, test
+    train = [
+        generate_mqar(cfg, protocol.train_size(), seed=np.random.default_rng([seed, 1, i]))
+        for i, cfg in enumerate(protocol.configs)
+    ]
+    return train, held_out_sets(protocol, seed)
+
+
+def held_out_sets(protocol: MQARProtocol, seed: int) -> list:
+    """The held-out sets a run of `seed` is scored on, one per setting of `protocol.configs`."""
+    return [
+        generate_mqar(cfg, protocol.test_examples, seed=np.random.default_rng([seed, 2, i]))
+        for i, cfg in enumerate(protocol.configs)
+    ]
 
 
 def mean_accuracy(scores: Sequence[dict[str, float]]) -> float:

@@ -21,8 +21,9 @@ from typing import Any
 from atlas_experiments.study import _fields as check
 from atlas_experiments.study._fields import ClaimsError
 from atlas_experiments.study.decision import ALPHA, CI_LEVEL, MIN_SEEDS
+from atlas_experiments.study.gates import Gate, parse_gate
 
-SCHEMA = 1
+SCHEMA = 2
 SCALES = ("cpu", "gpu", "cluster")
 RUNNABLE_SCALES = ("cpu", "gpu")
 EVIDENCE = ("direct", "proxy")
@@ -42,8 +43,34 @@ TASK_METRICS: Mapping[str, Mapping[str, str]] = MappingProxyType(
 SELECT_TASKS = ("learnability",)
 PREDICTIONS = ("order", "pairs", "beats_value", "interaction")
 _ID = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")
-_TOP = ("schema", "registered", "rule", "amendments", "tuning_history", "not_registered", "protocols", "arms", "claims")
-_CLAIM_KEYS = ("id", "statement", "paper", "arms", "predicted", "metric", "delta", "test", "why", "prior_looks", "note")
+_TOP = (
+    "schema",
+    "registered",
+    "paper",
+    "rule",
+    "rule_v2",
+    "amendments",
+    "tuning_history",
+    "not_registered",
+    "protocols",
+    "arms",
+    "claims",
+)
+_CLAIM_KEYS = (
+    "id",
+    "statement",
+    "paper",
+    "arms",
+    "predicted",
+    "metric",
+    "delta",
+    "test",
+    "why",
+    "prior_looks",
+    "note",
+    "outcome_seen",
+)
+SEEN = ("yes", "partly", "no")
 
 
 @dataclass(frozen=True)
@@ -91,6 +118,7 @@ class Protocol:
     model_overrides: Mapping[str, Any]
     args: Mapping[str, Any]
     note: str
+    gate: Gate | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +141,7 @@ class Claim:
     priority: int | None
     prior_looks: tuple[str, ...]
     note: str
+    outcome_seen: str = ""  # "yes|partly|no: why" (testable claims): was the outcome visible before registration?
 
 
 @dataclass(frozen=True)
@@ -120,6 +149,8 @@ class Registry:
     """The whole pre-registration: claims plus the arms, protocols and history they refer to."""
 
     registered: str
+    paper_version: str
+    rule_v2_registered: str
     amendments: tuple[Mapping[str, Any], ...]
     tuning_history: tuple[Mapping[str, str], ...]
     not_registered: tuple[Mapping[str, str], ...]
@@ -161,6 +192,8 @@ def parse_claims(data: Mapping[str, Any]) -> Registry:
     expected = {"alpha": ALPHA, "ci_level": CI_LEVEL, "min_seeds": MIN_SEEDS}
     if dict(rule) != expected:
         raise ClaimsError(f"rule: {dict(rule)} differs from the decision rule in code {expected}")
+    paper = check.texts(data["paper"], "paper", ("version", "note"))
+    rule_v2 = _rule_v2(data["rule_v2"], registered)
     amendments = tuple(
         _amendment(a, f"amendments[{i}]", registered) for i, a in enumerate(check.list_(data, "amendments"))
     )
@@ -185,7 +218,15 @@ def parse_claims(data: Mapping[str, Any]) -> Registry:
     if unused:
         raise ClaimsError(f"arms: defined but used by no claim: {', '.join(unused)}")
     return Registry(
-        registered, amendments, history, skipped, MappingProxyType(protocols), MappingProxyType(arms), tuple(claims)
+        registered,
+        paper["version"],
+        rule_v2,
+        amendments,
+        history,
+        skipped,
+        MappingProxyType(protocols),
+        MappingProxyType(arms),
+        tuple(claims),
     )
 
 
@@ -251,6 +292,13 @@ def _claim(raw: Any, index: int, arms: Mapping[str, Arm], protocols: Mapping[str
     priority = test.get("priority")
     if priority is not None and not (isinstance(priority, int) and not isinstance(priority, bool) and priority >= 1):
         raise ClaimsError(f"{where}.test.priority: expected an int >= 1, got {priority!r}")
+    seen = raw.get("outcome_seen")
+    if testable:
+        seen = check.text(seen, f"{where}.outcome_seen")
+        if seen.split(":")[0].strip() not in SEEN:
+            raise ClaimsError(f"{where}.outcome_seen: expected '<{'|'.join(SEEN)}>: why', got {seen!r}")
+    elif seen is not None:
+        raise ClaimsError(f"{where}.outcome_seen: only for testable claims")
     looks = raw.get("prior_looks", [])
     if not (isinstance(looks, list) and all(isinstance(x, str) and x.strip() for x in looks)):
         raise ClaimsError(f"{where}.prior_looks: expected a list of sentences, got {looks!r}")
@@ -273,6 +321,7 @@ def _claim(raw: Any, index: int, arms: Mapping[str, Arm], protocols: Mapping[str
         priority=priority,
         prior_looks=tuple(looks),
         note=check.text(raw["note"], f"{where}.note") if "note" in raw else "",
+        outcome_seen=seen or "",
     )
 
 
@@ -339,22 +388,42 @@ def _metric(raw: Any, where: str) -> Metric:
 def _protocol(name: str, raw: Any) -> Protocol:
     where = f"protocols.{name}"
     raw = check.mapping(raw, where)
-    known = ("task", "scale", "seeds", "size", "model_overrides", "args", "note")
+    known = ("task", "scale", "seeds", "size", "model_overrides", "args", "note", "gate")
     check.keys(raw, where, required=("task", "scale", "seeds"), known=known)
     seeds = raw["seeds"]
     ok = isinstance(seeds, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
     if not ok or len(set(seeds)) != len(seeds) or len(seeds) < MIN_SEEDS:
         raise ClaimsError(f"{where}.seeds: expected {MIN_SEEDS} or more different ints >= 0, got {seeds!r}")
+    task = check.choice(raw["task"], tuple(TASK_METRICS), f"{where}.task")
     return Protocol(
         name=name,
-        task=check.choice(raw["task"], tuple(TASK_METRICS), f"{where}.task"),
+        task=task,
         scale=check.choice(raw["scale"], RUNNABLE_SCALES, f"{where}.scale"),
         seeds=tuple(seeds),
         size=check.text(raw["size"], f"{where}.size") if "size" in raw else None,
         model_overrides=check.freeze(check.mapping(raw.get("model_overrides", {}), f"{where}.model_overrides")),
         args=check.freeze(check.mapping(raw.get("args", {}), f"{where}.args")),
         note=check.text(raw["note"], f"{where}.note") if "note" in raw else "",
+        gate=parse_gate(raw["gate"], f"{where}.gate", task) if "gate" in raw else None,
     )
+
+
+def _rule_v2(raw: Any, registered: str) -> str:
+    """rule_v2 must repeat the constants of `study.rule_v2`; returns its registration date."""
+    from atlas_experiments.study import rule_v2 as v2
+    from atlas_experiments.study.paired_tests import EXACT_MAX_N
+
+    raw = check.mapping(raw, "rule_v2")
+    date = check.date(raw.get("registered"), "rule_v2.registered")
+    if date < registered:
+        raise ClaimsError(f"rule_v2.registered: {date} is before the registration date {registered}")
+    expected = {"registered": date, "alpha": v2.ALPHA, "ci_level": round(v2.CI_LEVEL, 10), "exact_max_n": EXACT_MAX_N,
+                "correction": v2.CORRECTION, "power": {"effect": v2.POWER_EFFECT, "target": v2.POWER_TARGET,
+                                                       "min_seeds": v2.POWER_MIN_SEEDS}}  # fmt: skip
+    got = {**raw, "ci_level": round(float(raw.get("ci_level", -1)), 10)}
+    if got != expected:
+        raise ClaimsError(f"rule_v2: {dict(raw)} differs from rule v2 in code {expected}")
+    return date
 
 
 def _arm(name: str, raw: Any) -> Arm:

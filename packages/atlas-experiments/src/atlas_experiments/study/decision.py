@@ -47,6 +47,7 @@ class Verdict(StrEnum):
     HOLDS = "holds"
     DOES_NOT_HOLD = "does not hold"
     INCONCLUSIVE = "inconclusive"
+    NOT_RESOLVED = "not resolved (floor)"  # rule v2 only: a registered learning gate was not met
 
 
 class DecisionError(ValueError):
