@@ -28,6 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     q = inner.add_parser("plan", help="list the jobs of the claims testable at the scale")
     common(q)
+    q.add_argument(
+        "--pilot",
+        help="a report's verdicts.json whose seed sd per claim sets the seeds rule v2 needs (2 x delta at 80%% power, "
+        "at least 5); pilot data choose seeds, they never judge",
+    )
     q.set_defaults(handler=plan_command)
 
     q = inner.add_parser("pilot", help="time every arm briefly, project the plan, refuse it over the budget")
@@ -56,6 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     q = inner.add_parser("report", help="judge every claim on the results that exist")
     common(q)
     q.add_argument("--out", default="reports/study", help="folder of verdicts.md / verdicts.json")
+    q.add_argument(
+        "--v1-record",
+        help="the rule v1 report's verdicts.json (reports/study/v1/verdicts.json): its data judged again under rule "
+        "v2, labelled as not new evidence",
+    )
     q.set_defaults(handler=report_command)
 
 
@@ -69,7 +79,21 @@ def _registry_and_jobs(args: argparse.Namespace):
 
 
 def plan_command(args: argparse.Namespace) -> int:
-    _, _, jobs = _registry_and_jobs(args)
+    registry, scales, jobs = _registry_and_jobs(args)
+    if args.pilot:
+        from atlas_experiments.study.plan import planned_claims
+        from atlas_experiments.study.power import seeds_for_power
+
+        data = json.loads(Path(args.pilot).read_text())
+        records = data.get("rule_v1", []) if isinstance(data, dict) else data
+        sd = {r["claim"]: max((c["sd"] for c in r.get("comparisons", {}).values() if c.get("sd") is not None),
+                              default=float("nan")) for r in records}  # fmt: skip
+        print(f"{'claim':<42} {'K':>2} {'pilot sd':>9} {'delta':>6} {'seeds':>5} {'power':>6}  note")
+        for claim in planned_claims(registry, scales):
+            plan = seeds_for_power(sd.get(claim.id, float("nan")), claim.delta, len(claim.comparisons))
+            print(f"{claim.id:<42} {plan.comparisons:>2} {plan.sd:>9.4g} {plan.delta:>6g} {plan.n:>5} "
+                  f"{plan.power:>6.2f}  {plan.note}")  # fmt: skip
+        return 0
     for job in jobs:
         print(job.name)
     return 0
@@ -141,8 +165,9 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def report_command(args: argparse.Namespace) -> int:
+    from atlas_experiments.study import report_v2
     from atlas_experiments.study.provenance import provenance
-    from atlas_experiments.study.report import judge_all, render, write_report
+    from atlas_experiments.study.report import judge_all, write_report
 
     registry, scales, jobs = _registry_and_jobs(args)
     records = judge_all(registry, args.root, scales)
@@ -152,9 +177,22 @@ def report_command(args: argparse.Namespace) -> int:
         f"Results present for {len(done)} of the {len(jobs)} planned jobs (protocols with results: "
         f"{', '.join(protocols) or 'none'}); a claim is judged only when all its registered seeds ran."
     )
-    text = render(records, registry, scales, coverage, provenance(args.root, done, args.out))
-    path = write_report(records, text, args.out)
-    for r in records:
-        print(f"{r['claim']:<40} {r['verdict']}")
+    baselines = report_v2.Baselines(registry)
+    v2 = report_v2.judge_v2(registry, scales, root=args.root, baselines=baselines)
+    fresh = [r for r in v2 if registry.protocols[r["protocol"]].registered >= registry.rule_v2_registered]
+    seen = [r for r in v2 if r not in fresh and "comparisons" in r]
+    rejudged, v1, v1_source = (seen or None), records, "the results present"
+    if args.v1_record:
+        record = json.loads(Path(args.v1_record).read_text())
+        rejudged = report_v2.judge_v2(registry, scales, record=record, baselines=baselines)
+        if not done:  # no fresh results: rule v1's verdicts are the record's
+            v1, v1_source = record, f"from `{args.v1_record}`"
+    header = "\n\n".join(x for x in (provenance(args.root, done, args.out), coverage) if x)
+    text = report_v2.render(registry, scales, fresh=fresh, rejudged=rejudged, v1=v1, v1_source=v1_source,
+                            header=header)  # fmt: skip
+    data = {"rule_v2": fresh, "v1_data_rule_v2": rejudged, "rule_v1": v1}
+    path = write_report([*fresh, *(rejudged or [])], text, args.out, data)
+    for r in rejudged or v2:
+        print(f"{r['claim']:<40} {r.get('label', r['verdict'])}")
     print(f"verdicts: {path}")
     return 0

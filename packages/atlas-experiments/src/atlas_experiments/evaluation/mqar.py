@@ -140,6 +140,37 @@ def held_out_sets(protocol: MQARProtocol, seed: int) -> list:
     ]
 
 
+def config_kwargs(protocol: MQARProtocol, width: int) -> dict[str, Any]:
+    """`model_config`'s keyword arguments for an arm of `protocol` at `width`."""
+    return {
+        "vocab_size": protocol.vocab_size,
+        "width": width,
+        "layers": protocol.layers,
+        "heads": protocol.heads,
+        "memory_head_dim": protocol.memory_head_dim,
+        "memory_expansion": protocol.memory_expansion,
+    }
+
+
+def sized_arm(choice: ModelChoice, protocol: MQARProtocol, width: int, device: torch.device | str = "cpu"):
+    """(arm, match): `choice` with its memory sized to `protocol.match_memory` (unchanged, None without it)."""
+    if not protocol.match_memory:
+        return choice, None
+    kwargs = config_kwargs(protocol, width)
+    seq_len = max(c.seq_len for c in protocol.configs)
+    label, target = memory_target(protocol.match_memory, seq_len=seq_len, device=device, **kwargs)
+    return match_memory(choice, label, target, seq_len=seq_len, device=device, **kwargs)
+
+
+def memory_floats(choice: ModelChoice, protocol: MQARProtocol, width: int, device: torch.device | str = "cpu"):
+    """{seq_len: memory floats} of an arm as `run_mqar` builds it (sized as the protocol says), without training:
+    the same numbers a run records under `memory_size/...`."""
+    device = torch.device(device)
+    arm, _ = sized_arm(choice, protocol, width, device)
+    model = build_lm(model_config(arm, **config_kwargs(protocol, width)), 0, device)
+    return {c.seq_len: state_size(model, c.seq_len, c.vocab_size, device)["memory"] for c in protocol.configs}
+
+
 def mean_accuracy(scores: Sequence[dict[str, float]]) -> float:
     """A run's MQAR accuracy: the unweighted mean over the settings of their held-out accuracy."""
     return float(np.mean([s["acc"] for s in scores]))
@@ -166,19 +197,9 @@ def run_mqar(
     table: list[dict[str, Any]] = []
     for choice in models:
         for width in protocol.widths:
-            kwargs = {
-                "vocab_size": protocol.vocab_size,
-                "width": width,
-                "layers": protocol.layers,
-                "heads": protocol.heads,
-                "memory_head_dim": protocol.memory_head_dim,
-                "memory_expansion": protocol.memory_expansion,
-            }
-            arm, match = choice, None
-            if protocol.match_memory:
-                seq_len = max(c.seq_len for c in protocol.configs)
-                label, target = memory_target(protocol.match_memory, seq_len=seq_len, device=device, **kwargs)
-                arm, match = match_memory(choice, label, target, seq_len=seq_len, device=device, **kwargs)
+            kwargs = config_kwargs(protocol, width)
+            arm, match = sized_arm(choice, protocol, width, device)
+            if match is not None:
                 log.info("mqar %s d=%d: memory %s", choice.name, width, match.describe())
             cfg = model_config(arm, **kwargs)
             key = f"{choice.name}/d={width}"

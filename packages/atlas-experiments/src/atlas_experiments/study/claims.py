@@ -119,6 +119,7 @@ class Protocol:
     args: Mapping[str, Any]
     note: str
     gate: Gate | None = None
+    registered: str = ""  # the date the protocol (and its seeds) was registered; the file's date by default
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,9 @@ def parse_claims(data: Mapping[str, Any]) -> Registry:
         check.texts(h, f"not_registered[{i}]", ("what", "why"))
         for i, h in enumerate(check.list_(data, "not_registered"))
     )
-    protocols = {name: _protocol(name, p) for name, p in check.mapping(data["protocols"], "protocols").items()}
+    protocols = {
+        name: _protocol(name, p, registered) for name, p in check.mapping(data["protocols"], "protocols").items()
+    }
     arms = {name: _arm(name, a) for name, a in check.mapping(data["arms"], "arms").items()}
     claims: list[Claim] = []
     for i, raw in enumerate(check.list_(data, "claims")):
@@ -385,10 +388,10 @@ def _metric(raw: Any, where: str) -> Metric:
     return Metric(task, name, expected, cell)
 
 
-def _protocol(name: str, raw: Any) -> Protocol:
+def _protocol(name: str, raw: Any, registered: str) -> Protocol:
     where = f"protocols.{name}"
     raw = check.mapping(raw, where)
-    known = ("task", "scale", "seeds", "size", "model_overrides", "args", "note", "gate")
+    known = ("task", "scale", "seeds", "size", "model_overrides", "args", "note", "gate", "registered")
     check.keys(raw, where, required=("task", "scale", "seeds"), known=known)
     seeds = raw["seeds"]
     ok = isinstance(seeds, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
@@ -405,6 +408,7 @@ def _protocol(name: str, raw: Any) -> Protocol:
         args=check.freeze(check.mapping(raw.get("args", {}), f"{where}.args")),
         note=check.text(raw["note"], f"{where}.note") if "note" in raw else "",
         gate=parse_gate(raw["gate"], f"{where}.gate", task) if "gate" in raw else None,
+        registered=check.date(raw["registered"], f"{where}.registered") if "registered" in raw else registered,
     )
 
 

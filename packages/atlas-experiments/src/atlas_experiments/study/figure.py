@@ -14,7 +14,7 @@ from typing import Any
 
 from atlas_experiments.plotting import pyplot, save_figure_atomic
 
-COLOURS = {"holds": "#2a9d8f", "does not hold": "#e76f51", "inconclusive": "#8d99ae"}
+COLOURS = {"holds": "#2a9d8f", "does not hold": "#e76f51", "inconclusive": "#8d99ae", "not resolved (floor)": "#c9c9c9"}
 
 
 def differences_figure(records: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
@@ -25,7 +25,9 @@ def differences_figure(records: Sequence[dict[str, Any]], path: str | Path) -> P
             scaled = [x / d["delta"] for x in d["differences"] if x is not None and math.isfinite(x)]
             mean = d["mean"] / d["delta"] if d["mean"] is not None and math.isfinite(d["mean"]) else None
             name = record["claim"] if len(record["comparisons"]) == 1 else f"{record['claim']} [{label}]"
-            rows.append((f"{name}: {d['verdict']}", scaled, mean, d["verdict"]))
+            # a claim whose learning gate failed is shown as such, whatever its comparisons' statistics say
+            verdict = record["verdict"] if record["verdict"] == "not resolved (floor)" else d["verdict"]
+            rows.append((f"{name}: {verdict}", scaled, mean, verdict))
     if not rows:
         return None
     plt = pyplot()

@@ -133,19 +133,33 @@ def _copy_gate(
 # ---------------------------------------------------------------------------------------- baselines from data
 
 
+def mqar_protocol(args: Mapping[str, Any]):
+    """The `MQARProtocol` a study job with these registered args runs (the fields that shape data and models)."""
+    from atlas_experiments.evaluation.mqar import MQARProtocol
+
+    def opt(key: str, cast=int):
+        return cast(args[key]) if args.get(key) is not None else getattr(MQARProtocol, key)
+
+    return MQARProtocol(
+        settings=tuple(tuple(int(v) for v in s.split("x")) for s in str(args["settings"]).split(",")),
+        vocab_size=int(args["vocab_size"]),
+        num_queries=opt("num_queries"),
+        test_examples=opt("test_examples"),
+        widths=(int(args["width"]),) if "width" in args else MQARProtocol.widths,
+        layers=opt("layers"),
+        memory_head_dim=opt("memory_head_dim"),
+        memory_expansion=opt("memory_expansion"),
+        match_memory=opt("match_memory", str),
+    )
+
+
 def mqar_copy_baselines(args: Mapping[str, Any], seeds: Sequence[int]) -> dict[str, float]:
     """Copy-from-context accuracy per setting label, averaged over the held-out sets of `seeds` of an MQAR protocol
     (its `args` as registered: settings "TxP,...", vocab_size, test_examples, num_queries)."""
     from atlas_data.synthetic.mqar import copy_from_context_accuracy
-    from atlas_experiments.evaluation.mqar import MQARProtocol, held_out_sets
+    from atlas_experiments.evaluation.mqar import held_out_sets
 
-    settings = tuple(tuple(int(v) for v in s.split("x")) for s in str(args["settings"]).split(","))
-    protocol = MQARProtocol(
-        settings=settings,
-        vocab_size=int(args["vocab_size"]),
-        num_queries=args.get("num_queries"),
-        test_examples=int(args.get("test_examples", MQARProtocol.test_examples)),
-    )
+    protocol = mqar_protocol(args)
     out: dict[str, list[float]] = {c.label: [] for c in protocol.configs}
     for seed in seeds:
         for cfg, data in zip(protocol.configs, held_out_sets(protocol, seed)):

@@ -166,7 +166,9 @@ def _settle(c: Comparison2, direction: bool, below: bool, k: int) -> Comparison2
 
 def _why_inconclusive(comparisons: Sequence[Comparison2]) -> str:
     parts = [f"{c.label}: {c.verdict}" for c in comparisons]
-    return "not every direction is established and no effect below delta is: " + "; ".join(parts)
+    floors = sorted({c.reason.split("; ")[-1] for c in comparisons if "smallest exact p" in c.reason})
+    tail = f" ({'; '.join(floors)})" if floors else ""
+    return "not every direction is established and no effect below delta is: " + "; ".join(parts) + tail
 
 
 def judge(
