@@ -88,12 +88,13 @@ rule study_report:
     params:
         atlas=ATLAS,
         args=STUDY_ARGS,
+        v1=f"--v1-record {STUDY['v1_record']}" if STUDY.get("v1_record") else "",
     log:
         f"{RESULTS}/logs/study/report.log",
     conda:
         "../envs/atlas.yaml"
     shell:
-        "{params.atlas} study report {params.args} --out $(dirname {output.verdicts}) > {log} 2>&1 "
+        "{params.atlas} study report {params.args} {params.v1} --out $(dirname {output.verdicts}) > {log} 2>&1 "
         "&& date -u +%Y-%m-%dT%H:%M:%SZ > {output.stamp}"
 
 
