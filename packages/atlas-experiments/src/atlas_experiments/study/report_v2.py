@@ -231,7 +231,7 @@ def render(
         "## Rule v2 on new evidence\n",
     ]
     if judged_fresh:
-        out += [summary_table(fresh), ""]
+        out += [summary_table(fresh), "", "![per-seed differences, in units of each claim's delta](verdicts.png)\n"]
     else:
         out.append("No protocol registered after rule v2 has run yet: no claim has a verdict under rule v2 from fresh "
                    "seeds. The claims' protocols, seeds and runs so far are those of v1, whose outcomes are "
@@ -244,6 +244,7 @@ def render(
             "was registered; they are a re-reading, not a test.\n",
             summary_table(rejudged),
             "",
+            "![per-seed differences of the v1 data under rule v2, in units of each claim's delta](verdicts.png)\n",
             "### Learning gates on the v1 data\n",
             "Each comparison's best arm against the protocol's baseline, computed from the protocol's own data "
             "(MQAR: copying a random context value, 1 / pairs per setting; learnability: the stream's mean output "
