@@ -169,6 +169,44 @@ def test_jobs_run_and_the_verdicts_follow_the_rule(tmp_path):
     assert "![per-seed differences of every judged claim](verdicts.png)" in text
 
 
+def test_rule_v2_on_results_with_a_gate(tmp_path):
+    """The same hand-made results under rule v2: three seeds cannot establish a direction, the gate reads the
+    per-setting accuracies from the results, and `atlas study report` puts the claim in the section its protocol's
+    registration date says (new evidence only for protocols registered with or after rule v2)."""
+    from atlas_experiments.study.report_v2 import judge_v2
+
+    data = tiny_claims()
+    data["protocols"]["mqar_tiny"]["gate"] = {"kind": "copy_from_context", "margin": 0.1, "min_accuracy": 0.5}
+    data["protocols"]["mqar_tiny"]["registered"] = "2026-12-03"
+    registry = parse_claims(data)
+    root = tmp_path / "study"
+    label = "len=16/pairs=2"  # copy-from-context: 1/2, so the gate asks >= 0.6 in this setting
+    for arm, accs in (("tpp", (0.9, 0.8, 0.85)), ("gdn", (0.7, 0.5, 0.6))):
+        for seed, acc in zip((1, 2, 3), accs):
+            job = Job(registry.protocols["mqar_tiny"], registry.arms[arm], seed)
+            job.result(root).parent.mkdir(parents=True, exist_ok=True)
+            metrics = {f"acc/{arm}/d=16": acc, f"acc/{arm}/d=16/{label}": acc}
+            job.result(root).write_text(json.dumps({"metrics": metrics}))
+    (record,) = [r for r in judge_v2(registry, ["cpu"], root=root) if r["claim"] == "a.mqar"]
+    assert record["gate"]["passed"] and record["verdict"] == "inconclusive"
+    assert "smallest exact p is 0.125" in record["reason"]
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(yaml.safe_dump(data))
+    out = tmp_path / "report"
+    assert main(["study", "report", "--claims", str(claims), "--root", str(root), "--out", str(out)]) == 0
+    text = (out / "verdicts.md").read_text()
+    new_evidence = text.split("## Rule v2 on new evidence")[1].split("## Rule v1")[0]
+    assert "| a.mqar | inconclusive |" in new_evidence and "passed" in new_evidence
+    saved = json.loads((out / "verdicts.json").read_text())
+    assert [r["claim"] for r in saved["rule_v2"] if "comparisons" in r] == ["a.mqar"]
+    # the best arm below the floor in its setting: not resolved, whatever the numbers
+    for seed in (1, 2, 3):
+        path = Job(registry.protocols["mqar_tiny"], registry.arms["tpp"], seed).result(root)
+        path.write_text(json.dumps({"metrics": {"acc/tpp/d=16": 0.9, f"acc/tpp/d=16/{label}": 0.55}}))
+    (record,) = [r for r in judge_v2(registry, ["cpu"], root=root) if r["claim"] == "a.mqar"]
+    assert record["verdict"] == "not resolved (floor)" and "len=16/pairs=2 0.55 < 0.5 + 0.1" in record["reason"]
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_an_lm_job_trains_the_arm_and_records_its_validation_loss(tmp_path, prepared_data):
     registry = parse_claims(tiny_claims())
@@ -180,6 +218,7 @@ def test_an_lm_job_trains_the_arm_and_records_its_validation_loss(tmp_path, prep
     assert (cfg["seed"], cfg["eval_interval"], cfg["data"]["seq_len"]) == (2, 2, 32)
     out = json.loads(run_job(job, tmp_path, data_dir=prepared_data).read_text())
     assert out["metrics"]["val_loss/gdn_small"] > 0 and out["details"]["steps"] == 2
+    assert out["metrics"]["baseline/unigram_loss"] > 0  # the unigram gate's baseline, recorded by every lm job
     claim = registry.claim("c.lm")
     assert metric_key(claim, registry.protocols["lm"], registry.arms["gdn_small"]) == "val_loss/gdn_small"
     with pytest.raises(ValueError, match=r"protocols\.lm\.args: not a key of an lm job: lr"):

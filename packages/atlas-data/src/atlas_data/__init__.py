@@ -32,7 +32,7 @@ from atlas_data.tokenizer import TokenizerConfig, TokenizerInfo, load_tokenizer
 if TYPE_CHECKING:
     from atlas_data.loader import TokenWindowLoader
 
-__version__ = "0.1.1"
+__version__ = "0.2.0"
 
 __all__ = [
     "MANIFEST_FILE",

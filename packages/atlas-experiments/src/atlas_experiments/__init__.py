@@ -1,3 +1,3 @@
 """The `atlas` command line of the ATLAS reproduction."""
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"

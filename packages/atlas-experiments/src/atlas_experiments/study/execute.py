@@ -66,7 +66,14 @@ def run_job(
     data = lm_train_config(job, data_dir, overrides)
     run_dir = job.result(root).with_suffix("")
     result = train(TrainConfig.from_dict(data), run_dir, resume="never", config_dict=data)
-    metrics = {"val_loss/" + job.arm.name: result.final_val_loss, "loss/" + job.arm.name: result.final_loss}
+    from atlas_data.stats import unigram_cross_entropy
+
+    metrics = {
+        "val_loss/" + job.arm.name: result.final_val_loss,
+        "loss/" + job.arm.name: result.final_loss,
+        # the unigram gate's baseline (study/gates.py): the validation loss of a model that ignores its context
+        "baseline/unigram_loss": unigram_cross_entropy(data_dir, evaluate=data["data"].get("val_split", "validation")),
+    }
     out = {
         "task": "lm",
         "model": job.arm.name,
