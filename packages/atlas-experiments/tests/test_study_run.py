@@ -15,10 +15,20 @@ from atlas_experiments.study.claims import load_claims, parse_claims
 from atlas_experiments.study.execute import lm_train_config, run_job
 from atlas_experiments.study.plan import Job, arm_values, metric_key, plan_jobs
 from atlas_experiments.study.report import judge_all, render
+from atlas_experiments.study.results import ResultError, config_hash, finalize, partial_path
+from atlas_experiments.study.results import load as load_result
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY_MQAR = {"settings": "16x2", "vocab_size": 16, "width": 16, "layers": 1, "steps": 2, "batch_size": 2,
              "lrs": "3e-3", "test_examples": 4, "memory_head_dim": 8, "memory_expansion": 2, "threads": 1}  # fmt: skip
+
+
+def hand_made(job: Job, root: Path, metrics: dict) -> Path:
+    """A result with these metrics, written the way a finished job writes it (partial file, then provenance)."""
+    partial = partial_path(job, root)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.write_text(json.dumps({"metrics": metrics}))
+    return finalize(job, root, 0.0)
 
 
 def tiny_claims() -> dict:
@@ -154,8 +164,7 @@ def test_jobs_run_and_the_verdicts_follow_the_rule(tmp_path):
     for arm, accs in (("tpp", (0.9, 0.8, 0.85)), ("gdn", (0.7, 0.5, 0.6))):
         for seed, acc in zip((1, 2, 3), accs):
             job = Job(registry.protocols["mqar_tiny"], registry.arms[arm], seed)
-            job.result(root).parent.mkdir(parents=True, exist_ok=True)
-            job.result(root).write_text(json.dumps({"metrics": {f"acc/{arm}/d=16": acc}}))
+            hand_made(job, root, {f"acc/{arm}/d=16": acc})
     values, missing = arm_values(registry.claim("a.mqar"), registry, root)
     assert not missing and values["tpp"] == {1: 0.9, 2: 0.8, 3: 0.85}
     record = {r["claim"]: r for r in judge_all(registry, root, ["cpu"])}["a.mqar"]
@@ -184,9 +193,7 @@ def test_rule_v2_on_results_with_a_gate(tmp_path):
     for arm, accs in (("tpp", (0.9, 0.8, 0.85)), ("gdn", (0.7, 0.5, 0.6))):
         for seed, acc in zip((1, 2, 3), accs):
             job = Job(registry.protocols["mqar_tiny"], registry.arms[arm], seed)
-            job.result(root).parent.mkdir(parents=True, exist_ok=True)
-            metrics = {f"acc/{arm}/d=16": acc, f"acc/{arm}/d=16/{label}": acc}
-            job.result(root).write_text(json.dumps({"metrics": metrics}))
+            hand_made(job, root, {f"acc/{arm}/d=16": acc, f"acc/{arm}/d=16/{label}": acc})
     (record,) = [r for r in judge_v2(registry, ["cpu"], root=root) if r["claim"] == "a.mqar"]
     assert record["gate"]["passed"] and record["verdict"] == "inconclusive"
     assert "smallest exact p is 0.125" in record["reason"]
@@ -201,8 +208,8 @@ def test_rule_v2_on_results_with_a_gate(tmp_path):
     assert [r["claim"] for r in saved["rule_v2"] if "comparisons" in r] == ["a.mqar"]
     # the best arm below the floor in its setting: not resolved, whatever the numbers
     for seed in (1, 2, 3):
-        path = Job(registry.protocols["mqar_tiny"], registry.arms["tpp"], seed).result(root)
-        path.write_text(json.dumps({"metrics": {"acc/tpp/d=16": 0.9, f"acc/tpp/d=16/{label}": 0.55}}))
+        job = Job(registry.protocols["mqar_tiny"], registry.arms["tpp"], seed)
+        hand_made(job, root, {"acc/tpp/d=16": 0.9, f"acc/tpp/d=16/{label}": 0.55})
     (record,) = [r for r in judge_v2(registry, ["cpu"], root=root) if r["claim"] == "a.mqar"]
     assert record["verdict"] == "not resolved (floor)" and "len=16/pairs=2 0.55 < 0.5 + 0.1" in record["reason"]
 
@@ -252,3 +259,116 @@ def test_fitting_by_priority_drops_whole_claims_lowest_priority_first():
     assert (accepted, dropped) == (sorted(tpp), ["p2", "p1"])
     with pytest.raises(pilot.BudgetError, match="without a priority alone need about 0.5 min"):
         pilot.fit_by_priority(timings, jobs, needs, 0.25, cores=1)
+
+
+def test_result_files_are_refused_unless_they_are_the_jobs_own(tmp_path):
+    registry = parse_claims(tiny_claims())
+    root = tmp_path / "study"
+    tpp = [Job(registry.protocols["mqar_tiny"], registry.arms["tpp"], s) for s in (1, 2, 3)]
+    gdn = [Job(registry.protocols["mqar_tiny"], registry.arms["gdn"], s) for s in (1, 2, 3)]
+    for job in tpp + gdn:
+        hand_made(job, root, {f"acc/{job.arm.name}/d=16": 0.5})
+    assert load_result(tpp[0], root)["study"]["config_hash"] == config_hash(tpp[0]) != config_hash(tpp[1])
+    gdn[0].result(root).write_text(tpp[0].result(root).read_text())  # a foreign file in gdn/seed1's place
+    gdn[1].result(root).write_text('{"metrics": {"acc/gdn/d=16": 0.5}}')  # no provenance
+    gdn[2].result(root).write_text('{"metrics": ')  # cut short
+    for job, why in ((gdn[0], "a foreign result"), (gdn[1], "no study provenance"), (gdn[2], "not valid JSON")):
+        with pytest.raises(ResultError, match=why) as err:
+            load_result(job, root)
+        assert str(job.result(root)) in str(err.value)
+    record = {r["claim"]: r for r in judge_all(registry, root, ["cpu"])}["a.mqar"]
+    assert record["verdict"] == "not run" and record["why"].count("refused: ") == 3
+
+
+def _study_outputs(root: Path) -> dict:
+    """Every result's metrics (the numbers a verdict rests on), by job."""
+    return {str(p.relative_to(root)): json.loads(p.read_text())["metrics"] for p in sorted(root.rglob("seed*.json"))}
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_job_stopped_before_its_result_is_final_runs_again_to_the_same_result(tmp_path, monkeypatch):
+    """In-process stand-in for a kill: the job's command finishes but the process dies before the result is moved
+    into place. The job is then pending, and running it again gives the result of an uninterrupted run."""
+    from atlas_experiments.study import results
+    from atlas_experiments.study.pending import pending_jobs
+
+    registry = parse_claims(tiny_claims())
+    job = Job(registry.protocols["mqar_tiny"], registry.arms["gdn"], 1)
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+
+    def die(*_args, **_kw):
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(results, "finalize", die)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job, killed)
+    monkeypatch.undo()
+    assert results.partial_path(job, killed).is_file() and not job.result(killed).exists()
+    assert pending_jobs([job], killed) == ([job], [])
+    run_job(job, killed)
+    run_job(job, clean)
+    assert pending_jobs([job], killed) == ([], [])
+    assert not results.partial_path(job, killed).exists()
+    assert load_result(job, killed)["metrics"] == load_result(job, clean)["metrics"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_kill_9_in_the_middle_and_a_rerun_give_the_results_of_an_uninterrupted_run(tmp_path):
+    """`atlas study run --pending` killed with SIGKILL (runner and job together) while a job trains, then run
+    again: no half-written result ever appears, and the final results equal those of an uninterrupted run. Slow
+    (13 processes, 1-5 min); the in-process test above covers the same mechanism in the default run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data = tiny_claims()
+    data["protocols"]["mqar_tiny"]["args"] = {**TINY_MQAR, "steps": 150}
+    data["claims"] = [data["claims"][0]]
+    data["arms"] = {k: data["arms"][k] for k in ("tpp", "gdn")}
+    data["protocols"] = {"mqar_tiny": data["protocols"]["mqar_tiny"]}
+    data["protocols"]["mqar_tiny"]["seeds"] = [1, 2, 3]
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(yaml.safe_dump(data))
+
+    def pending(root: Path, **kw) -> subprocess.Popen:
+        argv = [sys.executable, "-m", "atlas_experiments.cli", "study", "run", "--pending", "--claims", str(claims),
+                "--root", str(root), "--no-track"]  # fmt: skip
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+
+    killed = tmp_path / "killed"
+    runner = pending(killed, start_new_session=True)
+    first = killed / "logs" / "mqar_tiny" / "tpp" / "seed1.log"
+    deadline = time.monotonic() + 120
+    while not (first.is_file() and first.stat().st_size > 0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # the job is past its imports, inside training
+    os.killpg(runner.pid, signal.SIGKILL)
+    runner.wait()
+    assert not (killed / "mqar_tiny" / "tpp" / "seed1.json").exists(), "the kill came after the job ended"
+    assert pending(killed).wait(timeout=600) == 0
+    clean = tmp_path / "clean"
+    assert pending(clean).wait(timeout=600) == 0
+    done = _study_outputs(killed)
+    assert len(done) == 6 and done == _study_outputs(clean)
+
+
+def test_plan_prints_cpu_hours_and_seeds_from_power(tmp_path, capsys):
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(yaml.safe_dump(tiny_claims()))
+    costs = tmp_path / "plan.json"
+    timings = [{"protocol": "mqar_tiny", "arm": "tpp", "job_s": 360.0}, {"protocol": "mqar_tiny", "arm": "gdn",
+               "job_s": 1800.0}, {"protocol": "learn", "arm": "all", "job_s": 36.0}]  # fmt: skip
+    costs.write_text(json.dumps({"timings": timings}))
+    assert main(["study", "plan", "--claims", str(claims), "--costs", str(costs)]) == 0
+    out = capsys.readouterr().out
+    assert "a.mqar" in out and " 6      1.80" in out  # 3 x 360 s + 3 x 1800 s
+    assert "all jobs (each once)" in out and "1.83" in out  # + 3 x 36 s of learnability
+    pilot = tmp_path / "verdicts.json"
+    pilot.write_text(json.dumps({"rule_v1": [{"claim": "a.mqar", "comparisons": {"x": {"sd": 0.09}}}]}))
+    assert main(["study", "plan", "--claims", str(claims), "--pilot", str(pilot)]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["a.mqar"][1:5] == ["1", "0.09", "0.05", "7"]  # one comparison at sd 0.09: 7 seeds (power 0.81)
+    assert rows["b.learn"][4] == "5" and "no pilot sd" in " ".join(rows["b.learn"])

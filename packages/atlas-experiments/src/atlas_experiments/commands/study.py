@@ -33,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a report's verdicts.json whose seed sd per claim sets the seeds rule v2 needs (2 x delta at 80%% power, "
         "at least 5); pilot data choose seeds, they never judge",
     )
+    q.add_argument(
+        "--costs",
+        help="a pilot's projection (plan.json or plan.measured.json): print the CPU-hours of each claim's jobs",
+    )
     q.set_defaults(handler=plan_command)
 
     q = inner.add_parser("pilot", help="time every arm briefly, project the plan, refuse it over the budget")
@@ -48,9 +52,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     q.set_defaults(handler=pilot_command)
 
-    q = inner.add_parser("run", help="one job of the plan")
+    q = inner.add_parser("run", help="one job of the plan, or (--pending) every job without a result")
     common(q)
-    q.add_argument("--job", required=True, help="protocol/arm/seedN, as `atlas study plan` lists it")
+    which = q.add_mutually_exclusive_group(required=True)
+    which.add_argument("--job", help="protocol/arm/seedN, as `atlas study plan` lists it")
+    which.add_argument(
+        "--pending",
+        action="store_true",
+        help="run every planned job that has no result yet, each in its own process (safe to kill and restart)",
+    )
+    q.add_argument("--workers", type=int, default=1, help="with --pending: jobs side by side (default 1)")
     q.add_argument("--parent", help="parent-run record (`atlas track parent`): the run nests under it")
     q.add_argument("--plan", help="the pilot's accepted plan: a job it dropped records that and does not run")
     q.add_argument("--data", help="prepared corpus of the lm protocols (`atlas data prepare` output)")
@@ -93,6 +104,19 @@ def plan_command(args: argparse.Namespace) -> int:
             plan = seeds_for_power(sd.get(claim.id, float("nan")), claim.delta, len(claim.comparisons))
             print(f"{claim.id:<42} {plan.comparisons:>2} {plan.sd:>9.4g} {plan.delta:>6g} {plan.n:>5} "
                   f"{plan.power:>6.2f}  {plan.note}")  # fmt: skip
+        return 0
+    if args.costs:
+        timings = {(t["protocol"], t["arm"]): t["job_s"] for t in json.loads(Path(args.costs).read_text())["timings"]}
+        from atlas_experiments.study.plan import planned_claims
+
+        total = sum(timings.get((j.protocol.name, j.arm.name if j.arm else "all"), 0.0) for j in jobs)
+        print(f"{'claim':<42} {'jobs':>5} {'CPU-hours':>9}  (jobs shared between claims count for each)")
+        for claim in planned_claims(registry, scales):
+            mine = [j for j in jobs if j.protocol.name == claim.protocol
+                    and (j.arm is None or j.arm.name in {a.name for a in claim.arms})]  # fmt: skip
+            hours = sum(timings.get((j.protocol.name, j.arm.name if j.arm else "all"), 0.0) for j in mine) / 3600
+            print(f"{claim.id:<42} {len(mine):>5} {hours:>9.2f}")
+        print(f"{'all jobs (each once)':<42} {len(jobs):>5} {total / 3600:>9.2f}")
         return 0
     for job in jobs:
         print(job.name)
@@ -141,6 +165,17 @@ def run_command(args: argparse.Namespace) -> int:
     from atlas_experiments.study.execute import run_job
 
     _, _, jobs = _registry_and_jobs(args)
+    if args.pending:
+        from atlas_experiments.study.pending import run_pending
+
+        child = ["--claims", args.claims, "--scale", args.scale, "--root", args.root]
+        for flag, value in (("--parent", args.parent), ("--plan", args.plan), ("--data", args.data),
+                            ("--tracking-uri", args.tracking_uri)):  # fmt: skip
+            if value:
+                child += [flag, value]
+        if args.no_track:
+            child.append("--no-track")
+        return 1 if run_pending(jobs, args.root, child, args.workers) else 0
     job = next((j for j in jobs if j.name == args.job), None)
     if job is None:
         raise ValueError(f"--job: {args.job!r} is not a job of the plan (see `atlas study plan`)")

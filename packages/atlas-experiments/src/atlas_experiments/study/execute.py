@@ -6,6 +6,7 @@ JSON at `Job.result(root)` whose `metrics` hold the claim's metric under `study.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -47,17 +48,21 @@ def run_job(
     overrides: Mapping[str, Any] | None = None,
     data_dir: str | Path | None = None,
 ) -> Path:
-    """Run `job` (untracked; the caller tracks the result) and return its results JSON. `overrides` replace
+    """Run `job` (untracked; the caller tracks the result) and return its results JSON, complete with its
+    provenance (`study.results`: written to a partial file first, moved into place at the end). `overrides` replace
     protocol options (the pilot's short runs)."""
     from atlas_experiments.cli import main
+    from atlas_experiments.study.results import finalize, partial_path
 
     root = Path(root)
+    start = time.perf_counter()
+    partial = partial_path(job, root)
     if job.protocol.task != "lm":
         write_model_files([job], root)
-        code = main([*job.argv(root, overrides=overrides), "--no-track", "--no-progress"])
+        code = main([*job.argv(root, overrides=overrides, out=partial), "--no-track", "--no-progress"])
         if code:
             raise RuntimeError(f"study job {job.name}: `atlas eval {job.protocol.task}` exited with {code}")
-        return job.result(root)
+        return finalize(job, root, time.perf_counter() - start)
     if data_dir is None:
         raise ValueError(f"study job {job.name}: an lm job needs the prepared corpus (--data)")
     from atlas_experiments.train.config import TrainConfig
@@ -83,7 +88,8 @@ def run_job(
         "details": {"steps": result.steps, "tokens": result.tokens, "skipped_steps": result.skipped_steps,
                     "run_dir": str(run_dir)},
     }  # fmt: skip
-    return write_json_atomic(job.result(root), out)
+    write_json_atomic(partial, out)
+    return finalize(job, root, time.perf_counter() - start)
 
 
 def read_result(path: str | Path) -> dict[str, Any]:

@@ -38,8 +38,11 @@ class Job:
     def model_file(self, root: str | Path) -> Path | None:
         return None if self.arm is None else Path(root) / "arms" / f"{self.arm.name}.json"
 
-    def argv(self, root: str | Path, *, overrides: Mapping[str, Any] | None = None) -> list[str]:
-        """`atlas eval <task> ...` for this job; `overrides` replace protocol options (the pilot's short runs)."""
+    def argv(
+        self, root: str | Path, *, overrides: Mapping[str, Any] | None = None, out: str | Path | None = None
+    ) -> list[str]:
+        """`atlas eval <task> ...` for this job, writing to `out` (default: the result path); `overrides` replace
+        protocol options (the pilot's short runs)."""
         args = {**self.protocol.args, **(overrides or {})}
         argv = ["eval", self.protocol.task]
         if self.arm is not None:
@@ -52,7 +55,7 @@ class Job:
                 argv.append(flag)
             elif value is not False and value is not None:
                 argv += [flag, ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)]
-        return [*argv, "--seed", str(self.seed), "--out", str(self.result(root))]
+        return [*argv, "--seed", str(self.seed), "--out", str(out or self.result(root))]
 
 
 def model_spec(arm: Arm) -> dict[str, Any]:
@@ -93,6 +96,24 @@ def plan_jobs(registry: Registry, scales: Iterable[str]) -> list[Job]:
     return list(jobs.values())
 
 
+def claim_jobs(claim: Claim, registry: Registry) -> list[Job]:
+    """The jobs a claim's verdict needs (shared cells of a select task count once)."""
+    protocol = registry.protocol_of(claim)
+    jobs = {}
+    for arm in claim.arms:
+        for seed in protocol.seeds:
+            job = Job(protocol, None if arm.select else arm, seed)
+            jobs.setdefault(job.name, job)
+    return list(jobs.values())
+
+
+def progress(claim: Claim, registry: Registry, missing: list[str]) -> str:
+    """'k of n jobs done; missing: ...' for a claim that cannot be judged yet."""
+    total = len(claim_jobs(claim, registry))
+    gaps = list(dict.fromkeys(missing))
+    return f"{total - len(gaps)} of {total} jobs done; missing: {', '.join(gaps)}"
+
+
 def metric_key(claim: Claim, protocol: Protocol, arm: Arm) -> str:
     """Where a claim's metric for `arm` sits in its job's results (`metrics` of the results JSON)."""
     if protocol.task == "mqar":
@@ -110,18 +131,24 @@ def metric_key(claim: Claim, protocol: Protocol, arm: Arm) -> str:
 
 
 def arm_values(claim: Claim, registry: Registry, root: str | Path) -> tuple[dict[str, dict[int, float]], list[str]]:
-    """{arm: {seed: metric value}} of a claim from its jobs' results, and the jobs whose results are missing."""
+    """{arm: {seed: metric value}} of a claim from its jobs' results, and the jobs whose results are missing (or
+    refused: `study.results.load`)."""
+    from atlas_experiments.study.results import ResultError, load
+
     protocol = registry.protocol_of(claim)
     values: dict[str, dict[int, float]] = {}
     missing = []
     for arm in claim.arms:
         for seed in protocol.seeds:
             job = Job(protocol, None if arm.select else arm, seed)
-            path = job.result(root)
-            if not path.is_file():
+            try:
+                data = load(job, root)
+            except FileNotFoundError:
                 missing.append(job.name)
                 continue
-            data = json.loads(path.read_text())
+            except ResultError as exc:  # never judged: listed with its path and why
+                missing.append(f"{job.name} (refused: {exc})")
+                continue
             if "skipped" in data:
                 missing.append(f"{job.name} ({data['skipped']})")
                 continue

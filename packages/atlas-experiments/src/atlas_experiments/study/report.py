@@ -17,7 +17,7 @@ from typing import Any
 from atlas_experiments.reporting.markdown import fmt, table
 from atlas_experiments.study.claims import Claim, Registry
 from atlas_experiments.study.decision import DecisionError, judge_claim
-from atlas_experiments.study.plan import arm_values, planned_claims
+from atlas_experiments.study.plan import arm_values, planned_claims, progress
 from atlas_experiments.study.stability import claim_stability, label
 
 FIGURE = "verdicts.png"
@@ -40,7 +40,7 @@ def judge_all(registry: Registry, root: str | Path, scales: Iterable[str]) -> li
             continue
         values, missing = arm_values(claim, registry, root)
         if missing:
-            out.append({**record, "verdict": "not run", "why": f"missing: {', '.join(missing)}", "values": values})
+            out.append({**record, "verdict": "not run", "why": progress(claim, registry, missing), "values": values})
             continue
         try:
             decision = judge_claim(claim, values, registry.protocol_of(claim).seeds)

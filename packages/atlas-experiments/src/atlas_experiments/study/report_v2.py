@@ -7,7 +7,6 @@ again under rule v2 in a table labelled as what it is: a re-reading of seen data
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from functools import cache
@@ -18,7 +17,7 @@ from atlas_experiments.reporting.markdown import fmt, table
 from atlas_experiments.study import gates, rule_v2
 from atlas_experiments.study.claims import Claim, Protocol, Registry
 from atlas_experiments.study.decision import DecisionError
-from atlas_experiments.study.plan import arm_values, planned_claims
+from atlas_experiments.study.plan import arm_values, planned_claims, progress
 
 
 def record_values(record: Mapping[str, Any]) -> dict[str, dict[int, float]]:
@@ -76,14 +75,14 @@ def _gate_finding(claim: Claim, protocol: Protocol, values, baselines: Baselines
 def _extra_from_results(claim: Claim, registry: Registry, root: Path) -> dict[str, Any]:
     """Per-setting MQAR accuracies and the lm jobs' unigram baseline, read from the jobs' results."""
     from atlas_experiments.study.plan import Job
+    from atlas_experiments.study.results import load
 
     protocol = registry.protocol_of(claim)
     per_setting: dict[str, dict[str, dict[int, float]]] = {}
     unigram = []
     for arm in claim.arms:
         for seed in protocol.seeds:
-            path = Job(protocol, None if arm.select else arm, seed).result(root)
-            metrics = json.loads(path.read_text()).get("metrics", {})
+            metrics = load(Job(protocol, None if arm.select else arm, seed), root).get("metrics", {})
             prefix = f"acc/{arm.name}/d={protocol.args.get('width')}/"
             for key, value in metrics.items():
                 if key.startswith(prefix):
@@ -117,7 +116,7 @@ def judge_v2(
         else:
             values, missing = arm_values(claim, registry, root)
             if missing:
-                out.append({**head, "verdict": "not run", "why": f"missing: {', '.join(missing)}"})
+                out.append({**head, "verdict": "not run", "why": progress(claim, registry, missing)})
                 continue
             extra = _extra_from_results(claim, registry, Path(root))
         finding = _gate_finding(claim, protocol, values, baselines, extra)

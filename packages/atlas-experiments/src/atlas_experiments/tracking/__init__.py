@@ -119,7 +119,11 @@ class Tracker:
 
 class MlflowTracker(Tracker):
     """One MLflow run, driven through `MlflowClient` with an explicit run id (no global active run, so nothing
-    leaks to child processes through MLFLOW_RUN_ID)."""
+    leaks to child processes through MLFLOW_RUN_ID).
+
+    An experiment it creates in a SQLite store keeps its artifacts next to the database (`artifact_root`, by
+    default `<db dir>/mlartifacts`), never in MLflow's default `./mlruns` under whatever the working directory
+    happens to be."""
 
     def __init__(
         self,
@@ -143,6 +147,8 @@ class MlflowTracker(Tracker):
         self._buffer: list[Any] = []
         self._last_flush = time.monotonic()
         self.failed = False
+        if artifact_root is None:
+            artifact_root = _artifact_root(uri)
         with _store_lock(uri):
             self.client = MlflowClient(tracking_uri=uri)
             exp = self.client.get_experiment_by_name(experiment)

@@ -1,0 +1,64 @@
+"""Run every planned job that has no result yet, in stretches: `atlas study run --pending [--workers N]`.
+
+Each job runs as its own `atlas study run --job ...` process with one torch thread and its log under
+`<root>/logs/`. A job counts as done only when its result file (written atomically with its provenance,
+`study.results`) exists, so the runner can be killed at any moment (kill -9 included) and started again: it skips
+what finished and reruns what did not, and every job is deterministic in its seed, so the results are those of an
+uninterrupted run. A result file that is not the job's own (corrupt or foreign) is reported and left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from atlas_experiments.study.plan import Job
+from atlas_experiments.study.results import ResultError, finished
+
+
+def pending_jobs(jobs: Sequence[Job], root: str | Path) -> tuple[list[Job], list[str]]:
+    """(jobs without a result, refused result files with why)."""
+    todo, refused = [], []
+    for job in jobs:
+        try:
+            if not finished(job, root):
+                todo.append(job)
+        except ResultError as exc:
+            refused.append(str(exc))
+    return todo, refused
+
+
+def run_pending(jobs: Sequence[Job], root: str | Path, child_args: Sequence[str], workers: int = 1) -> int:
+    """Run the pending jobs `workers` at a time; returns the number that failed. `child_args` are the options each
+    `atlas study run --job` receives (claims, scale, root, tracking)."""
+    from tqdm.auto import tqdm
+
+    root = Path(root)
+    todo, refused = pending_jobs(jobs, root)
+    for why in refused:
+        print(f"refused (left alone, remove it to rerun the job): {why}", file=sys.stderr)
+    print(f"study: {len(jobs) - len(todo) - len(refused)} of {len(jobs)} jobs done, {len(todo)} to run")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env.pop("MLFLOW_RUN_ID", None)
+
+    def one(job: Job) -> tuple[Job, int]:
+        log = root / "logs" / f"{job.name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "atlas_experiments.cli", "study", "run", *child_args, "--job", job.name]
+        with log.open("w") as handle:
+            code = subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, env=env, check=False).returncode
+        return job, code
+
+    failed = 0
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = [pool.submit(one, job) for job in todo]
+        for future in tqdm(as_completed(futures), total=len(futures), desc="study jobs", unit="job"):
+            job, code = future.result()
+            if code:
+                failed += 1
+                print(f"study job {job.name} failed ({code}): {root / 'logs' / (job.name + '.log')}", file=sys.stderr)
+    return failed + len(refused)
