@@ -283,6 +283,6 @@ def test_the_gpu_panel_config_plans_lm_jobs_on_the_prepared_corpus(tmp_path):
     res = _snakemake("-n", "-p", "-F", "study", "--configfile", "config/study-gpu.yaml", results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = _jobs(res.stdout)
-    assert jobs["study_job"] == 39 and jobs["prepare_data"] == 1  # 13 arms x 3 seeds of lm_gpu
+    assert jobs["study_job"] == 100 and jobs["prepare_data"] == 1  # 20 arms x 5 seeds of lm_gpu_v2
     assert "--budget-minutes 8 --cores 1" in res.stdout and "--drop-by-priority" in res.stdout
-    assert re.search(r"--job lm_gpu/dot/seed12 .* --data \S+/data/embedded", res.stdout)
+    assert re.search(r"--job lm_gpu_v2/dot/seed24 .* --data \S+/data/embedded", res.stdout)

@@ -84,7 +84,7 @@ def test_the_registered_plan_at_cpu_scale():
     names = [j.name for j in jobs]
     assert len(names) == len(set(names))  # claims sharing a protocol and arm share its runs
     assert "mqar_cpu/atlas/seed10" in names and "learnability_cpu/all/seed14" in names
-    assert not any(n.startswith("lm_gpu/") for n in names)  # the GPU panel's, not the CPU plan's
+    assert not any(n.startswith("lm_gpu") for n in names)  # the GPU panel's, not the CPU plan's
     job = next(j for j in jobs if j.name == "mqar_fig7_cpu/gated_deltanet/seed11")
     argv = job.argv("r")
     assert argv[:4] == ["eval", "mqar", "--models", "r/arms/gated_deltanet.json"]
@@ -244,7 +244,7 @@ def test_the_gpu_panel_script_plans_on_cpu(tmp_path):
     res = subprocess.run(["bash", "benchmarks/gpu/study_panel.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=300)  # fmt: skip
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    assert "39 jobs planned" in res.stdout and "lm_gpu/deep_transformer/seed10" in res.stdout
+    assert "100 jobs planned" in res.stdout and "lm_gpu_v2/deep_transformer/seed20" in res.stdout
     assert "--drop-by-priority" in res.stdout and (tmp_path / "out" / "panel.log").is_file()
 
 
