@@ -81,12 +81,7 @@ class Decision:
     resolvable: float
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["verdict"] = str(self.verdict)
-        out["ci"] = list(self.ci)
-        for key in ("seeds", "differences", "diverged"):
-            out[key] = list(out[key])
-        return out
+        return as_record(self)
 
 
 def decide(differences: Mapping[int, float], delta: float) -> Decision:
@@ -235,6 +230,25 @@ class ClaimDecision:
         }
 
 
+def check_registered_seeds(claim: Any, values: Mapping[str, Mapping[int, float]], seeds: Iterable[int]) -> None:
+    """`SeedMismatchError` when an arm of the claim lacks a registered seed or has an unregistered one."""
+    want = set(seeds)
+    for arm in dict.fromkeys(name for c in claim.comparisons for name, _ in c.terms):
+        have = set(values.get(arm, {}))
+        if have != want:
+            lacks, extra = sorted(want - have), sorted(have - want)
+            raise SeedMismatchError(
+                f"{claim.id}: arm {arm!r} lacks registered seed(s) {lacks} and has unregistered seed(s) {extra}"
+            )
+
+
+def as_record(obj: Any) -> dict[str, Any]:
+    """A comparison dataclass as plain JSON-ready data (verdict as its words, tuples as lists)."""
+    out = asdict(obj)
+    out["verdict"] = str(obj.verdict)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+
+
 def judge_claim(
     claim: Any, values: Mapping[str, Mapping[int, float]], seeds: Iterable[int] | None = None
 ) -> ClaimDecision:
@@ -244,14 +258,7 @@ def judge_claim(
     if not claim.testable:
         raise DecisionError(f"{claim.id}: registered as not testable ({claim.why})")
     if seeds is not None:
-        want = set(seeds)
-        for arm in dict.fromkeys(name for c in claim.comparisons for name, _ in c.terms):
-            have = set(values.get(arm, {}))
-            if have != want:
-                lacks, extra = sorted(want - have), sorted(have - want)
-                raise SeedMismatchError(
-                    f"{claim.id}: arm {arm!r} lacks registered seed(s) {lacks} and has unregistered seed(s) {extra}"
-                )
+        check_registered_seeds(claim, values, seeds)
     higher = claim.metric.better == "higher"
     decided = []
     for comparison in claim.comparisons:

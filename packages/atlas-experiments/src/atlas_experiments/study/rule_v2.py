@@ -26,10 +26,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from atlas_experiments.study.decision import Verdict, contrast_differences
+from atlas_experiments.study.decision import (
+    DecisionError,
+    Verdict,
+    as_record,
+    check_registered_seeds,
+    contrast_differences,
+)
 from atlas_experiments.study.paired_tests import holm, one_sided
 
 ALPHA = 0.05
@@ -63,12 +69,7 @@ class Comparison2:
     below_delta: bool = False  # after Holm
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["verdict"] = str(self.verdict)
-        out["ci"] = list(self.ci)
-        for key in ("seeds", "differences", "diverged"):
-            out[key] = list(out[key])
-        return out
+        return as_record(self)
 
 
 @dataclass(frozen=True)
@@ -179,17 +180,10 @@ def judge(
 ) -> Claim2:
     """Rule v2 on a loaded claim (`claims.Claim`) given {arm: {seed: metric value}}; `seeds` (the protocol's)
     makes a missing or extra seed a `SeedMismatchError` as in rule v1; `gate` is `gates.evaluate`'s finding."""
-    from atlas_experiments.study.decision import DecisionError, SeedMismatchError
-
     if not claim.testable:
         raise DecisionError(f"{claim.id}: registered as not testable ({claim.why})")
     if seeds is not None:
-        want = set(seeds)
-        for arm in dict.fromkeys(name for c in claim.comparisons for name, _ in c.terms):
-            have = set(values.get(arm, {}))
-            if have != want:
-                raise SeedMismatchError(f"{claim.id}: arm {arm!r} lacks registered seed(s) {sorted(want - have)} "
-                                        f"and has unregistered seed(s) {sorted(have - want)}")  # fmt: skip
+        check_registered_seeds(claim, values, seeds)
     higher = claim.metric.better == "higher"
     tested = []
     for comparison in claim.comparisons:
