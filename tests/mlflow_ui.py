@@ -78,8 +78,12 @@ def _chromium(*args: str) -> subprocess.CompletedProcess:
     # a fresh profile per call: no state of an earlier page (or of the user's browser) changes what is shown
     with tempfile.TemporaryDirectory(prefix="atlas-chromium-") as profile:
         return subprocess.run(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}",
-             *args],
+            # as root (CI) only without the sandbox; no GPU; no update or telemetry traffic from the browser itself.
+            # Every compositor stage runs before a frame is drawn: without it, under a virtual time budget, the
+            # frame that fires the charts' visibility observers may never come, and the model-metrics page keeps
+            # its loading spinners (about 2 loads in 3 on Chromium 156).
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--run-all-compositor-stages-before-draw", "--hide-scrollbars", f"--user-data-dir={profile}", *args],
             capture_output=True, text=True, timeout=180,
         )  # fmt: skip
 

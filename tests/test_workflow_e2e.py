@@ -19,6 +19,8 @@ from . import mlflow_ui
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
+# CI sets this (.ci/run): a missing browser fails the MLflow UI test instead of skipping it
+REQUIRE_BROWSER = os.environ.get("ATLAS_REQUIRE_BROWSER", "") not in ("", "0")
 
 
 def _snakemake(work: Path, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
@@ -37,6 +39,10 @@ def _snakemake(work: Path, *args: str, timeout: int = 240) -> subprocess.Complet
 def finished(tmp_path_factory) -> Path:
     """A copy of .test/config run to completion in a temporary working directory (about 2 minutes on 2 cores)."""
     work = tmp_path_factory.mktemp("e2e")
+    # MLflow's default store (`./mlruns`) where a job or the workflow could fall back to it; one already in the
+    # checkout (a user's own run) is allowed, but the run must neither create nor change one
+    strays = [work / "mlruns", ROOT / "mlruns", ROOT / ".test" / "mlruns"]
+    before = {p: _tree(p) for p in strays}
     (work / "config").mkdir()
     cfg = yaml.safe_load((ROOT / ".test" / "config" / "config.yaml").read_text())
     table = work / "config" / "window.tsv"
@@ -46,7 +52,14 @@ def finished(tmp_path_factory) -> Path:
     res = _snakemake(work, timeout=1200)
     logs = "".join(f"\n== {p}\n{p.read_text()[-1500:]}" for p in sorted((work / "results" / "logs").rglob("*.log")))
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:] + logs[-6000:]
+    changed = [str(p) for p in strays if _tree(p) != before[p]]
+    assert not changed, f"the run wrote MLflow's default ./mlruns store: {changed}"
     return work
+
+
+def _tree(path: Path) -> list[str] | None:
+    """The files under `path` (None: no such directory)."""
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.is_dir() else None
 
 
 def _dry_run_jobs(work: Path) -> tuple[dict[str, int], str]:
@@ -121,8 +134,13 @@ def test_snakemake_report_bundles_the_html(finished):
 DOC_WIDTH = 1100
 
 
-@pytest.mark.skipif(mlflow_ui.chromium() is None, reason="no chromium on PATH (Debian: apt-get install chromium)")
+NO_BROWSER = "no chromium on PATH (Debian: apt-get install chromium)"
+
+
+@pytest.mark.skipif(mlflow_ui.chromium() is None and not REQUIRE_BROWSER, reason=NO_BROWSER)
 def test_the_mlflow_ui_shows_experiments_nested_cells_loss_curves_and_artifacts(finished, tmp_path):
+    if mlflow_ui.chromium() is None:
+        pytest.fail(f"ATLAS_REQUIRE_BROWSER is set: {NO_BROWSER}")
     from mlflow.tracking import MlflowClient
     from PIL import Image
 
