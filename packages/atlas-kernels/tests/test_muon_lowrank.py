@@ -166,11 +166,17 @@ def test_low_precision_error_no_worse_than_materialised(dtype, case):
 
 
 def test_float64_accumulation_is_what_closes_the_float32_gap():
-    """With muon_float64=False the factored update runs in float32 and its error is 9-55x the materialising path's
-    at these small heads (the Gram matrix squares the momenta's condition number; docs/muon.md, "Precision of the
-    factored path"): the option matters, and the check above can fail."""
-    worst = _worst_low_precision(torch.float32, *PRECISION_CASES["T21-eta0.3-d4"], muon_float64=False)
-    assert worst["lowrank"] > 4 * worst["materialise"], worst
+    """With muon_float64=False the factored update runs in float32 and its error is many times both the float64-
+    accumulated factored path's and the materialising path's at these small heads (the Gram matrix squares the
+    momenta's condition number; docs/muon.md, "Precision of the factored path"): the option matters, and the check
+    above can fail. The ratios depend on the CPU's float32 kernels: on T33-eta0.1-d4, 50x the float64-accumulated
+    error and 40x the materialising path's on an AMD EPYC (2026-12-03); on T21-eta0.3-d4 the latter was 9x on an
+    Intel Xeon but 3.4x on the EPYC, so that case does not carry the check."""
+    case = PRECISION_CASES["T33-eta0.1-d4"]
+    f32 = _worst_low_precision(torch.float32, *case, muon_float64=False)
+    f64 = _worst_low_precision(torch.float32, *case)
+    assert f32["lowrank"] > 4 * f64["lowrank"], (f32, f64)
+    assert f32["lowrank"] > 4 * f32["materialise"], f32
 
 
 @pytest.mark.parametrize("muon_float64", [True, False])
