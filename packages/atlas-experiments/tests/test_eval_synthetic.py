@@ -214,3 +214,25 @@ def test_sweep_settings_take_the_protocols_shared_fields():
     assert (s.steps, s.weight_decay, s.lr, s.grad_clip) == (9, 0.3, 2e-3, 1.0)
     with pytest.raises(ValueError, match="positive lr"):
         st.TrainSettings.for_sweep(mad, lr=0.0)
+
+
+def test_mqar_picks_the_lr_on_a_validation_split_and_records_the_curve():
+    """With a validation split the lr sweep selects on it (never on the test set), the learning curve is recorded,
+    and validating along the way changes neither the training nor the test scores."""
+    from atlas_experiments.evaluation.mqar import MQARProtocol, run_mqar
+
+    base = dict(settings=((16, 2),), vocab_size=32, widths=(16,), layers=1, steps=30, batch_size=8,
+                lrs=(3e-3, 1e-2), test_examples=32)  # fmt: skip
+    models = [st.ModelChoice("transformer_pp", "transformer_pp")]
+    plain = run_mqar(models, MQARProtocol(**base), progress=False)
+    curved = run_mqar(models, MQARProtocol(**base, val_examples=32, eval_every=10), progress=False)
+    runs = {r["lr"]: r for r in curved.details["runs"]}
+    assert [s for s, _ in runs[3e-3]["curve"]] == [10, 20, 30]
+    assert {lr: r["mean_acc"] for lr, r in runs.items()} == {r["lr"]: r["mean_acc"] for r in plain.details["runs"]}
+    (row,) = curved.details["table"]
+    assert row["best_lr"] == max(runs, key=lambda lr: (runs[lr]["val_acc"], -lr))
+    assert row["val_acc"] == runs[row["best_lr"]]["val_acc"] and "val_acc/transformer_pp/d=16" in curved.metrics
+    assert not any("picked on the held-out test set" in d for d in curved.deviations)
+    assert any("picked on the held-out test set" in d for d in plain.deviations)
+    with pytest.raises(ValueError, match="--eval-every needs a validation split"):
+        MQARProtocol(**base, eval_every=5)

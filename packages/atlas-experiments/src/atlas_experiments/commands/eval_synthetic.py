@@ -40,6 +40,15 @@ def register_subcommands(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--num-queries", type=int, help="queries per sequence (default: every key, as Zoology)")
     g.add_argument("--power-a", type=float, default=0.01, help="power law of the query gaps (Zoology 0.01)")
     g.add_argument("--train-examples", type=int, help="train sequences per setting (default: steps x batch / settings)")
+    g.add_argument(
+        "--val-examples",
+        type=int,
+        default=0,
+        help="validation sequences per setting (their own seed): the lr sweep picks on them, never on the test set",
+    )
+    g.add_argument(
+        "--eval-every", type=int, default=0, help="with --val-examples: validation accuracy every N steps (a curve)"
+    )
     g.add_argument("--test-examples", type=int, default=256, help="held-out sequences per setting (default 256)")
     t = p.add_argument_group("training")
     t.add_argument("--steps", type=int, default=1000, help="optimizer steps per run (default 1000)")
@@ -147,7 +156,7 @@ def _finish(result: EvalResult, args: argparse.Namespace, figures: Sequence[Path
 
 def run_mqar_command(args: argparse.Namespace) -> int:
     from atlas_experiments.devices import resolve_device
-    from atlas_experiments.evaluation.mqar import MQARProtocol, plot_mqar, run_mqar
+    from atlas_experiments.evaluation.mqar import MQARProtocol, plot_mqar, plot_mqar_curves, run_mqar
     from atlas_experiments.evaluation.synthetic_train import figure_path, parse_list, parse_models, torch_threads
 
     if args.settings:
@@ -175,6 +184,8 @@ def run_mqar_command(args: argparse.Namespace) -> int:
         power_a=args.power_a,
         train_examples=args.train_examples,
         test_examples=args.test_examples,
+        val_examples=args.val_examples,
+        eval_every=args.eval_every,
         widths=tuple(parse_list(args.width, int, "--width")),
         **_model_options(args),
         lrs=tuple(parse_list(args.lrs, float, "--lrs")),
@@ -184,14 +195,16 @@ def run_mqar_command(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     with torch_threads(args.threads):
         result = run_mqar(models, protocol, seed=args.seed, device=device, progress=not args.no_progress)
-    figure = plot_mqar(result, figure_path(args.out))
-    result.details["figures"] = [str(figure)]
+    figures = [plot_mqar(result, figure_path(args.out))]
+    curves = plot_mqar_curves(result, figure_path(args.out, "_curves"))
+    figures += [curves] if curves else []
+    result.details["figures"] = [str(f) for f in figures]
     for row in result.details["table"]:
         print(
             f"mqar {row['model']:>18} d={row['width']:<4} acc {row['acc']:.3f} (untrained {row['acc_init']:.3f}) "
             f"lr {row['best_lr']:g} memory {row['memory_size']}"
         )
-    return _finish(result, args, [figure])
+    return _finish(result, args, figures)
 
 
 def run_mad_command(args: argparse.Namespace) -> int:

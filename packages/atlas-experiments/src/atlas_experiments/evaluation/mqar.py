@@ -55,6 +55,8 @@ class MQARProtocol:
     power_a: float = 0.01
     train_examples: int | None = None  # per setting; None: steps * batch / settings (each sequence seen once)
     test_examples: int = 256
+    val_examples: int = 0  # per setting, own seed stream: the lr sweep selects on them (0: on the test set)
+    eval_every: int = 0  # validation accuracy every N steps (needs val_examples): the learning curve
     widths: tuple[int, ...] = (64,)
     layers: int = 2
     heads: int | None = None
@@ -80,6 +82,10 @@ class MQARProtocol:
             raise ValueError("mqar: --width and --lrs need at least one value")
         if self.test_examples < 1 or self.steps < 0:
             raise ValueError("mqar: --test-examples must be >= 1 and --steps >= 0")
+        if self.val_examples < 0 or self.eval_every < 0:
+            raise ValueError("mqar: --val-examples and --eval-every must be >= 0")
+        if self.eval_every and not self.val_examples:
+            raise ValueError("mqar: --eval-every needs a validation split (--val-examples > 0)")
 
     def train_size(self) -> int:
         if self.train_examples is not None:
@@ -111,6 +117,8 @@ class MQARProtocol:
             dev.append(f"settings {sorted(set(self.settings))} (paper-scale MQAR: T 64-512, 4-64 kv pairs)")
         if len(self.lrs) < 3:
             dev.append(f"learning-rate sweep {list(self.lrs)} (Zoology sweeps several lrs, best-of)")
+        if len(self.lrs) > 1 and not self.val_examples:
+            dev.append("the lr is picked on the held-out test set (no validation split: --val-examples)")
         if self.num_queries is not None:
             dev.append(f"{self.num_queries} queries per sequence (Zoology queries every key)")
         dev += memory_deviation(
@@ -130,6 +138,18 @@ def _datasets(protocol: MQARProtocol, seed: int):
         for i, cfg in enumerate(protocol.configs)
     ]
     return train, held_out_sets(protocol, seed)
+
+
+def validation_sets(protocol: MQARProtocol, seed: int) -> list:
+    """The validation sets of a run of `seed` (their own seed stream, disjoint draws from the test sets')."""
+    return (
+        [
+            generate_mqar(cfg, protocol.val_examples, seed=np.random.default_rng([seed, 3, i]))
+            for i, cfg in enumerate(protocol.configs)
+        ]
+        if protocol.val_examples
+        else []
+    )
 
 
 def held_out_sets(protocol: MQARProtocol, seed: int) -> list:
@@ -177,8 +197,9 @@ def mean_accuracy(scores: Sequence[dict[str, float]]) -> float:
 
 
 def best_lr_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The run of the lr sweep with the best `mean_acc` (`best_run`: the earlier lr on a tie, NaN never wins)."""
-    return best_run(runs, "mean_acc")
+    """The run of the lr sweep with the best validation accuracy where there is a validation split, else the best
+    `mean_acc` (`best_run`: the earlier lr on a tie, NaN never wins)."""
+    return best_run(runs, "val_acc" if runs and "val_acc" in runs[0] else "mean_acc")
 
 
 def run_mqar(
@@ -192,6 +213,7 @@ def run_mqar(
     """Train every (model, width, lr) on the MQAR mixture and score each setting (module docstring)."""
     device = torch.device(device)
     train, test = _datasets(protocol, seed)
+    val = validation_sets(protocol, seed)
     metrics: dict[str, float] = {}
     runs: list[dict[str, Any]] = []
     table: list[dict[str, Any]] = []
@@ -216,9 +238,16 @@ def run_mqar(
                         evaluate(model, d, batch_size=protocol.eval_batch_size, device=device)["acc"] for d in test
                     ]
                 settings = TrainSettings.for_sweep(protocol, lr=lr)
+                curve: list[list[float]] = []
+
+                def validate(step: int, module, curve=curve) -> None:
+                    accs = [evaluate(module, d, batch_size=protocol.eval_batch_size, device=device) for d in val]
+                    curve.append([step, mean_accuracy(accs)])
+
                 summary = fit(
-                    model, train, settings, seed=seed, device=device, progress=progress, desc=f"mqar {key} lr={lr:g}"
-                )
+                    model, train, settings, seed=seed, device=device, progress=progress, desc=f"mqar {key} lr={lr:g}",
+                    every=protocol.eval_every, on_step=validate if val else None,
+                )  # fmt: skip
                 scores = [evaluate(model, d, batch_size=protocol.eval_batch_size, device=device) for d in test]
                 mean = mean_accuracy(scores)
                 run = {
@@ -229,6 +258,10 @@ def run_mqar(
                     "train": summary,
                     "per_setting": {c.label: s for c, s in zip(protocol.configs, scores)},
                 }
+                if val:
+                    if not curve or curve[-1][0] != protocol.steps:
+                        validate(protocol.steps, model)
+                    run["val_acc"], run["curve"] = curve[-1][1], curve
                 runs.append(run)
                 width_runs.append(run)
                 log.info("mqar %s lr=%g: mean acc %.3f (%.0fs)", key, lr, mean, summary["seconds"])
@@ -248,6 +281,9 @@ def run_mqar(
             }
             if match is not None:
                 row["memory_match"] = match.describe()
+            if val:
+                row["val_acc"], row["curve"] = best["val_acc"], best["curve"]
+                metrics[f"val_acc/{key}"] = best["val_acc"]
             table.append(row)
             metrics[f"acc/{key}"] = row["acc"]
             metrics[f"acc_init/{key}"] = row["acc_init"]
@@ -287,5 +323,25 @@ def plot_mqar(result: EvalResult, path: Path) -> Path:
         ax.grid(alpha=0.3)
     if labels:
         axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure_atomic(fig, path)
+
+
+def plot_mqar_curves(result: EvalResult, path: Path) -> Path | None:
+    """Validation accuracy against training step, one line per (model, width, lr); None without curves."""
+    runs = [r for r in result.details["runs"] if r.get("curve")]
+    if not runs:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for r in runs:
+        steps, accs = zip(*r["curve"])
+        ax.plot(steps, accs, marker=".", label=f"{r['model']} d={r['width']} lr={r['lr']:g}")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("validation accuracy (mean over settings)")
+    ax.set_title("MQAR learning curves")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     return save_figure_atomic(fig, path)

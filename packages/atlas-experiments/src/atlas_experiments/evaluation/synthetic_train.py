@@ -121,9 +121,12 @@ def fit(
     device: torch.device | str = "cpu",
     progress: bool = True,
     desc: str = "train",
+    every: int = 0,
+    on_step: Callable[[int, nn.Module], None] | None = None,
 ) -> dict[str, Any]:
     """Train `module` in place for `settings.steps` steps; the train sets take turns. Returns a summary (first and
-    last-10 % losses, non-finite steps skipped, seconds)."""
+    last-10 % losses, non-finite steps skipped, seconds). With `every` > 0, `on_step(step, module)` is called after
+    every `every`-th step and after the last (a learning curve); its time is not counted in `seconds`."""
     from tqdm.auto import tqdm
 
     device = torch.device(device)
@@ -157,6 +160,11 @@ def fit(
         losses.append(float(loss.detach()))
         if step % 10 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+        if on_step is not None and every > 0 and ((step + 1) % every == 0 or step + 1 == settings.steps):
+            paused = time.perf_counter()
+            on_step(step + 1, module)
+            module.train()
+            start += time.perf_counter() - paused
     tail = losses[-max(1, len(losses) // 10) :] if losses else []
     return {
         "steps": settings.steps,
