@@ -54,23 +54,26 @@ def main() -> None:
             rows.append(f"| {kind} | {n} | {fh:.3f} | {fb:.3f} | {pw:.3f} |")
             print(rows[-1], flush=True)
     se = (0.05 * 0.95 / args.reps) ** 0.5
-    text = "\n".join([
-        "# Rule v2 error rates (Monte Carlo)\n",
-        f"`{' '.join(['.venv/bin/python', 'benchmarks/study_rule_error_rates.py', '--reps', str(args.reps)])}`, "
-        f"{dt.date.today().isoformat()}, {platform.machine()} CPU, {args.reps} simulated comparisons per cell "
-        f"(Monte Carlo standard error {se:.4f} at a rate of 0.05). One comparison, delta = {DELTA}; n <= 12 uses "
-        "the exact sign-flip test, n = 16 the t-test.\n",
-        "| seed differences | n | false holds (effect 0) | false 'below delta' (effect = delta) | P(holds) at 2 delta |",
-        "|---|---|---|---|---|",
-        *rows,
-        "",
-        "Normal and symmetric bimodal spreads keep both error rates at or below 0.05 within Monte Carlo error "
-        "(`tests: test_study_rule_v2.py::test_error_rates`). The right-skewed spread does not: when most seeds lose "
-        "a little and a few gain a lot, the mean can equal delta while most differences sit below it, and no test "
-        "of the mean with so few seeds can tell. A claim whose arms learn on some seeds only should be read with "
-        "that in mind; the learning gates (docs/study.md) catch the case where even the best arm has not learned.",
-        "",
-    ])
+    text = "\n".join(
+        [
+            "# Rule v2 error rates (Monte Carlo)\n",
+            f"`{' '.join(['.venv/bin/python', 'benchmarks/study_rule_error_rates.py', '--reps', str(args.reps)])}`, "
+            f"{dt.date.today().isoformat()}, {platform.machine()} CPU, {args.reps} simulated comparisons per cell "
+            f"(Monte Carlo standard error {se:.4f} at a rate of 0.05). One comparison, delta = {DELTA}; n <= 12 uses "
+            "the exact sign-flip test, n = 16 the t-test.\n",
+            "| seed differences | n | false holds (effect 0) | false 'below delta' (effect = delta) "
+            "| P(holds) at 2 delta |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+            "Normal and symmetric bimodal spreads keep both error rates at or below 0.05 within Monte Carlo error "
+            "(`tests: test_study_rule_v2.py::test_error_rates`). The right-skewed spread does not: when most seeds lose "
+            "a little and a few gain a lot, the mean can equal delta while most differences sit below it, and no test "
+            "of the mean with so few seeds can tell. A claim whose arms learn on some seeds only should be read with "
+            "that in mind; the learning gates (docs/study.md) catch the case where even the best arm has not learned.",
+            "",
+        ]
+    )
     tmp = Path(args.out).with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(args.out)

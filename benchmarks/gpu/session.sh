@@ -1,58 +1,163 @@
 #!/usr/bin/env bash
-# The whole GPU check of the Triton kernels as one scripted call on a GPU machine (at most about 9.5 minutes with the
-# default limits, so that it fits a 10-minute call; every result lands in $OUT even if the call is cut short):
-#   OUT=/path/to/results bash benchmarks/gpu/session.sh
-# Run `bash benchmarks/gpu/wheels.sh` first where pip reaches the package index and copy the repo's .whl/ along:
-# they hold the titans-pytorch and flash-linear-attention references. Steps, each under its own time limit:
-#   1. environment (nvidia-smi, torch / triton versions)
-#   2. GPU tests of atlas-kernels (bf16 at real shapes, fp32 odd shapes, dispatch): pytest -m gpu   (PYTEST_S)
-#   3. benchmarks/kernels_gpu.py --quick (linear + MLP checks and timing at 340M, T = 2048)        (BENCH_S)
-#   4. benchmarks/kernels_gpu.py --only mlp (the MLP / gated-MLP memory at 340M and 760M)         (BENCH_S)
-#   5. benchmarks/kernels_gpu.py --only atlas (Atlas's Muon paths beside the GD twin, 760M then 340M) (ATLAS_S)
-# Results: $OUT/env.txt, $OUT/pytest_gpu.log, $OUT/kernels_gpu_quick.md, $OUT/kernels_gpu_mlp.md,
-# $OUT/kernels_gpu_atlas.md, $OUT/session.log. STEPS picks steps (default "1 2 3 4 5"; the environment step always
-# runs): STEPS=5 runs the Atlas rows alone, for example when the kernels were checked in an earlier call.
-# When a check faults (illegal address), `python benchmarks/gpu/triage.py` runs every kernel alone, forward then
-# backward, each in its own process, and names the stage that faulted.
+# Everything a GPU machine is needed for, as one scripted call of at most 9 minutes (the step limits below sum to
+# 540 s, inside a 10-minute call):
+#   OUT=/path/to/out bash benchmarks/gpu/session.sh
+# Before it, where pip reaches the package index: `bash benchmarks/gpu/wheels.sh` (.whl/: flash-linear-attention and
+# titans-pytorch) and the prepared embedded corpus at DATA (default results/embedded/data/embedded: `atlas data
+# prepare --config config/data/embedded.yaml --out results/embedded/data/embedded`, 4.4 MB); carry both along.
+# Afterwards, on any CPU: `python benchmarks/gpu/collect.py <the returned OUT>` writes summary.md (every step's
+# tables in kernels_gpu.md's format) and the study's verdicts.
+#
+# Steps, in order, each under its own limit (seconds; LIMIT_<step>=N overrides one), the open faults first:
+#   env            30  wheels from .whl/, nvidia-smi, versions, a GPU matmul and one Triton kernel     env.txt
+#   mlp_sweep      60  the MLP kernel's forward at head dim 32/48/64 x hidden block 16/32/64 x 4/8 warps
+#                      vs torch fp32, beside torch in bf16, each case in its own process           mlp_sweep.md
+#   racecheck      25  compute-sanitizer --tool racecheck on that forward at D = 64 (or why not)  racecheck.txt
+#   newton_schulz  25  Newton-Schulz fp32 and bf16 kernels vs float64, beside torch in the same dtype
+#                                                                                              newton_schulz.md
+#   pytest_gpu     55  the rest of `pytest -m gpu` (the bf16 real-shape tests are the sweep's)  pytest_gpu.log
+#   timing         40  linear-memory rows at 340M / 760M: Triton, torch chunk op, fla Gated DeltaNet  timing.md
+#   compiled       30  the torch chunk op under torch.compile, if atlas-kernels offers it         compiled.md
+#   atlas          50  kernels_gpu.py --only atlas --quick: Atlas at 760M beside its GD twin        atlas.md
+#   panel         225  the study panel (study_panel.sh: no pilot, no tracking, processes side by side;
+#                      PLAN = benchmarks/gpu/panel_plan.json if present: its jobs and grouping)    panel/
+# A step that fails or runs out of time does not stop the next. Each step's output lands in RES (default
+# /tmp/atlas-gpu-call) when the step ends (tables: temp file, then rename, after every row or case); after every
+# step RES is packed into $OUT/gpu-call.tar.gz (again temp file, then rename; training checkpoints left out), so
+# OUT only ever holds that archive, steps.tsv (step, limit, wall time, exit code) and session.log: a call cut short
+# returns everything up to its last finished step.
+# STEPS="mlp_sweep racecheck" runs only those steps (env always runs). PRINT_BUDGET=1 prints the limits and their
+# sum and exits. SMOKE=1 runs every step's tiny CPU version (Triton interpreter; what tests/test_gpu_rehearsal.py
+# runs, with stub nvidia-smi and compute-sanitizer).
 set -uo pipefail
+STEP_NAMES=(env mlp_sweep racecheck newton_schulz pytest_gpu timing compiled atlas panel)
+declare -A LIMIT=([env]=30 [mlp_sweep]=60 [racecheck]=25 [newton_schulz]=25 [pytest_gpu]=55 [timing]=40
+  [compiled]=30 [atlas]=50 [panel]=225)
+declare -A OUTPUT=([env]=env.txt [mlp_sweep]=mlp_sweep.md [racecheck]=racecheck.txt
+  [newton_schulz]=newton_schulz.md [pytest_gpu]=pytest_gpu.log [timing]=timing.md [compiled]=compiled.md
+  [atlas]=atlas.md [panel]=panel/panel.log)
+total=0
+for name in "${STEP_NAMES[@]}"; do
+  override="LIMIT_$name"
+  LIMIT[$name]=${!override:-${LIMIT[$name]}}
+  total=$((total + LIMIT[$name]))
+done
+if [ "${PRINT_BUDGET:-0}" = 1 ]; then
+  for name in "${STEP_NAMES[@]}"; do printf '%s\t%s\t%s\n' "$name" "${LIMIT[$name]}" "${OUTPUT[$name]}"; done
+  printf 'total\t%s\n' "$total"
+  exit 0
+fi
+
 OUT=${OUT:-/tmp/atlas-gpu-out}
-mkdir -p "$OUT"
+RES=${RES:-/tmp/atlas-gpu-call}
+PY=${PYTHON:-python3}
+SMOKE_FLAG=""
+[ "${SMOKE:-0}" = 1 ] && SMOKE_FLAG="--smoke"
+SELECTED=" ${STEPS:-${STEP_NAMES[*]}} env "
+mkdir -p "$OUT" "$RES"
+rm -f "$RES/steps.tsv"  # this call's steps only; the panel's finished seeds in RES stay (a rerun resumes them)
 exec > >(tee "$OUT/session.log") 2>&1
-export PYTHONUNBUFFERED=1
-# Per-step limits (seconds); shrink them when the device time left is short.
-PYTEST_S=${PYTEST_S:-180}
-BENCH_S=${BENCH_S:-110}
-ATLAS_S=${ATLAS_S:-150}
-STEPS=" ${STEPS:-1 2 3 4 5} "
-step() { [[ "$STEPS" == *" $1 "* ]]; }
+export PYTHONUNBUFFERED=1 MLFLOW_DISABLE_TELEMETRY=true
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
+  PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"  # filled by the env step
 fi
 export PYTHONPATH="$PWD/packages/atlas-kernels/src${PYTHONPATH:+:$PYTHONPATH}"
-{
-  date -u
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
-  python3 -c "import titans_pytorch, fla; print('titans-pytorch ok, fla', fla.__version__)" || echo "references missing"
-} | tee "$OUT/env.txt"
-if step 2; then
-  echo "== step 2: GPU tests"
-  timeout "$PYTEST_S" python3 -m pytest packages/atlas-kernels/tests/test_triton_gpu.py \
-    packages/atlas-kernels/tests/test_subop_dispatch.py -m gpu -q -p no:cacheprovider --durations=10 2>&1 \
-    | tee "$OUT/pytest_gpu.log"
-fi
-if step 3; then
-  echo "== step 3: kernels_gpu.py --quick"
-  timeout "$BENCH_S" python3 benchmarks/kernels_gpu.py --quick --budget $((BENCH_S - 20)) --out "$OUT/kernels_gpu_quick.md"
-fi
-if step 4; then
-  echo "== step 4: kernels_gpu.py --only mlp"
-  timeout "$BENCH_S" python3 benchmarks/kernels_gpu.py --only mlp --budget $((BENCH_S - 20)) --out "$OUT/kernels_gpu_mlp.md"
-fi
-if step 5; then
-  echo "== step 5: kernels_gpu.py --only atlas"
-  timeout "$ATLAS_S" python3 benchmarks/kernels_gpu.py --only atlas --budget $((ATLAS_S - 20)) \
-    --out "$OUT/kernels_gpu_atlas.md"
-fi
-date -u
+export RES PY SMOKE_FLAG
+echo "GPU call: $(date -u +%FT%TZ), limits sum to $total s, results in $RES, returned from $OUT"
+
+step_env() {
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      || echo "wheels: install failed"
+  fi
+  "$PY" benchmarks/gpu/faults.py env $SMOKE_FLAG --out "$RES/env.txt"
+}
+step_mlp_sweep() {
+  "$PY" benchmarks/gpu/faults.py mlp $SMOKE_FLAG --jobs 9 --timeout $((STEP_LIMIT - 10)) --out "$RES/mlp_sweep.md"
+}
+step_racecheck() {
+  local san race rc filter=()
+  race=$("$PY" benchmarks/gpu/faults.py list $SMOKE_FLAG | grep "^race-")
+  san=$(command -v compute-sanitizer || true)
+  if [ -z "$san" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ]; then san=/usr/local/cuda/bin/compute-sanitizer; fi
+  if [ -z "$san" ]; then
+    echo "skipped: compute-sanitizer is not on PATH nor in /usr/local/cuda/bin" > "$RES/racecheck.txt"
+    return 0
+  fi
+  # only the MLP forward is instrumented: torch's own kernels would multiply the sanitizer's cost
+  "$san" --help 2>/dev/null | grep -q -- '--kernel-name' && filter=(--kernel-name kns=_mlp_fwd_kernel)
+  "$san" --tool racecheck --error-exitcode 3 ${filter[@]+"${filter[@]}"} \
+    "$PY" benchmarks/gpu/faults.py case "$race" $SMOKE_FLAG > "$RES/racecheck.txt.tmp" 2>&1
+  rc=$?
+  mv -f "$RES/racecheck.txt.tmp" "$RES/racecheck.txt"
+  cat "$RES/racecheck.txt"
+  return $rc
+}
+step_newton_schulz() {
+  "$PY" benchmarks/gpu/faults.py ns $SMOKE_FLAG --jobs 6 --timeout $((STEP_LIMIT - 10)) --out "$RES/newton_schulz.md"
+}
+step_pytest_gpu() {
+  local parallel=() tests=packages/atlas-kernels/tests
+  # each test compiles its own kernels: xdist spreads the compiles over the cores
+  if [ -z "$SMOKE_FLAG" ] && "$PY" -c "import xdist" 2>/dev/null; then parallel=(-n 8); fi
+  # on a CPU every gpu test skips: one file shows the plumbing at a third of the collection time
+  [ -z "$SMOKE_FLAG" ] || tests=$tests/test_triton_gpu.py
+  "$PY" -m pytest "$tests" -m gpu -k "not bf16_real_shapes" -q -p no:cacheprovider \
+    --junitxml="$RES/pytest_gpu.xml" ${parallel[@]+"${parallel[@]}"}
+}
+step_timing() {
+  "$PY" benchmarks/gpu/timing_rows.py --rows eager --budget $((STEP_LIMIT - 10)) $SMOKE_FLAG --out "$RES/timing.md"
+}
+step_compiled() {
+  "$PY" benchmarks/gpu/timing_rows.py --rows compiled --budget $((STEP_LIMIT - 10)) $SMOKE_FLAG \
+    --out "$RES/compiled.md"
+}
+step_atlas() {
+  "$PY" benchmarks/gpu/atlas_rows.py ${SMOKE_FLAG:---quick} --budget $((STEP_LIMIT - 10)) --out "$RES/atlas.md"
+}
+step_panel() {
+  local plan=${PLAN-benchmarks/gpu/panel_plan.json}
+  [ -z "$plan" ] || [ -f "$plan" ] || plan=""
+  OUT="$RES/panel" REPORT=0 PLAN="$plan" PYTHON="$PY" bash benchmarks/gpu/study_panel.sh
+}
+export -f step_env step_mlp_sweep step_racecheck step_newton_schulz step_pytest_gpu step_timing step_compiled \
+  step_atlas step_panel
+
+record() {  # step, limit, wall, rc: one line of steps.tsv, rewritten whole (temp file, then rename)
+  local tsv="$RES/steps.tsv"
+  [ -f "$tsv" ] || printf 'step\tlimit_s\twall_s\trc\toutput\n' > "$tsv"
+  { cat "$tsv"; printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "${OUTPUT[$1]}"; } > "$tsv.tmp"
+  mv -f "$tsv.tmp" "$tsv"
+  cp "$tsv" "$OUT/steps.tsv.tmp" && mv -f "$OUT/steps.tsv.tmp" "$OUT/steps.tsv"
+}
+pack() {  # RES as one archive in OUT; tar's exit 1 (a file changed while read) still leaves a whole archive
+  tar -czf "$OUT/gpu-call.tar.gz.tmp" -C "$RES" --exclude=checkpoints --exclude=loss_curve.png \
+    --exclude='*.tmp' . 2>/dev/null
+  [ $? -le 1 ] && mv -f "$OUT/gpu-call.tar.gz.tmp" "$OUT/gpu-call.tar.gz"
+}
+run_step() {
+  local name=$1 limit=${LIMIT[$1]} start rc wall
+  if [[ "$SELECTED" != *" $name "* ]]; then
+    return
+  fi
+  echo "== step $name (limit $limit s)"
+  rm -f "$RES/${OUTPUT[$name]}"  # an earlier call's file must not pass for this one's
+  start=$(date +%s.%N)
+  # TERM 5 s before the limit, KILL at it; timeout signals the step's whole process group (its subprocesses too)
+  STEP_LIMIT=$limit timeout -k 5 $((limit - 5)) bash -c "step_$name" 2>&1 | tee "$RES/$name.log"
+  rc=${PIPESTATUS[0]}
+  wall=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  if [ ! -e "$RES/${OUTPUT[$name]}" ]; then  # a step cut short still leaves its file, saying so
+    mkdir -p "$(dirname "$RES/${OUTPUT[$name]}")"
+    { echo "no output: step $name ended with exit code $rc after $wall s (124: its limit); its log's end:"
+      tail -n 20 "$RES/$name.log"; } > "$RES/${OUTPUT[$name]}"
+  fi
+  echo "== step $name: exit $rc, $wall s"
+  record "$name" "$limit" "$wall" "$rc"
+  pack
+}
+
+for name in "${STEP_NAMES[@]}"; do
+  run_step "$name"
+done
+echo "GPU call done: $(date -u +%FT%TZ)"

@@ -325,7 +325,7 @@ def test_kill_9_in_the_middle_and_a_rerun_give_the_results_of_an_uninterrupted_r
     import time
 
     data = tiny_claims()
-    data["protocols"]["mqar_tiny"]["args"] = {**TINY_MQAR, "steps": 150}
+    data["protocols"]["mqar_tiny"]["args"] = {**TINY_MQAR, "steps": 1500}  # seconds of training: a kill lands in it
     data["claims"] = [data["claims"][0]]
     data["arms"] = {k: data["arms"][k] for k in ("tpp", "gdn")}
     data["protocols"] = {"mqar_tiny": data["protocols"]["mqar_tiny"]}
@@ -344,7 +344,7 @@ def test_kill_9_in_the_middle_and_a_rerun_give_the_results_of_an_uninterrupted_r
     deadline = time.monotonic() + 120
     while not (first.is_file() and first.stat().st_size > 0) and time.monotonic() < deadline:
         time.sleep(0.2)
-    time.sleep(1.0)  # the job is past its imports, inside training
+    time.sleep(0.5)
     os.killpg(runner.pid, signal.SIGKILL)
     runner.wait()
     assert not (killed / "mqar_tiny" / "tpp" / "seed1.json").exists(), "the kill came after the job ended"

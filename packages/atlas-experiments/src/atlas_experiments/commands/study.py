@@ -4,7 +4,8 @@
 - `pilot`: time two short runs of every (protocol, arm), project the plan on the given cores and refuse it, with
   the numbers, when it exceeds the budget; writes the projection (JSON).
 - `run`: one job: `atlas eval <task>` of the protocol for the arm and seed, its result tracked in the `study`
-  experiment under the study's parent run.
+  experiment under the study's parent run; `--arm` every seed of one arm in one process; `--pending` every job
+  without a result, one process per job (or per arm with `--per-arm`).
 - `report`: judge every claim by the pre-registered rule on the results that exist; verdicts.md + verdicts.json.
 """
 
@@ -61,7 +62,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="run every planned job that has no result yet, each in its own process (safe to kill and restart)",
     )
-    q.add_argument("--workers", type=int, default=1, help="with --pending: jobs side by side (default 1)")
+    which.add_argument(
+        "--arm",
+        help="protocol/arm: every seed of that arm without a result, in sequence in this process (a failed seed "
+        "does not stop the next)",
+    )
+    q.add_argument("--workers", type=int, default=1, help="with --pending: jobs (or arms) side by side (default 1)")
+    q.add_argument(
+        "--per-arm",
+        action="store_true",
+        help="with --pending: one process per (protocol, arm) running its seeds in sequence (`--arm`) instead of "
+        "one per job",
+    )
     q.add_argument("--parent", help="parent-run record (`atlas track parent`): the run nests under it")
     q.add_argument("--plan", help="the pilot's accepted plan: a job it dropped records that and does not run")
     q.add_argument("--data", help="prepared corpus of the lm protocols (`atlas data prepare` output)")
@@ -159,12 +171,9 @@ def _pilot_runner(job, root, overrides, *, data):
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from atlas_experiments import tracking
-    from atlas_experiments._io import write_json_atomic
-    from atlas_experiments.evaluation.results import EvalResult, track_result
-    from atlas_experiments.study.execute import run_job
-
     _, _, jobs = _registry_and_jobs(args)
+    if args.per_arm and not args.pending:
+        raise ValueError("--per-arm: only with --pending")
     if args.pending:
         from atlas_experiments.study.pending import run_pending
 
@@ -175,10 +184,56 @@ def run_command(args: argparse.Namespace) -> int:
                 child += [flag, value]
         if args.no_track:
             child.append("--no-track")
-        return 1 if run_pending(jobs, args.root, child, args.workers) else 0
+        if args.plan:  # the plan's dropped jobs are recorded here: no process starts only to write that
+            from atlas_experiments.study.pending import pending_jobs
+
+            accepted = set(json.loads(Path(args.plan).read_text())["accepted_jobs"])
+            for job in pending_jobs([j for j in jobs if j.name not in accepted], args.root)[0]:
+                _run_one(job, args)
+        return 1 if run_pending(jobs, args.root, child, args.workers, per_arm=args.per_arm) else 0
+    if args.arm:
+        return _run_arm(jobs, args)
     job = next((j for j in jobs if j.name == args.job), None)
     if job is None:
         raise ValueError(f"--job: {args.job!r} is not a job of the plan (see `atlas study plan`)")
+    return _run_one(job, args)
+
+
+def _run_arm(jobs, args: argparse.Namespace) -> int:
+    """Every seed of one (protocol, arm) that has no result, in plan order; each result is final as soon as its seed
+    ends, and a seed that raises is reported and the next one runs."""
+    import sys
+    import traceback
+
+    from atlas_experiments.study.pending import arm_key, pending_jobs
+
+    mine = [j for j in jobs if arm_key(j) == args.arm]
+    if not mine:
+        known = sorted({arm_key(j) for j in jobs})
+        raise ValueError(f"--arm: {args.arm!r} is not a (protocol, arm) of the plan (known: {', '.join(known)})")
+    todo, refused = pending_jobs(mine, args.root)
+    for why in refused:
+        print(f"refused (left alone, remove it to rerun the job): {why}", file=sys.stderr)
+    print(f"study arm {args.arm}: {len(mine) - len(todo) - len(refused)} of {len(mine)} seeds done, {len(todo)} to run",
+          flush=True)  # fmt: skip
+    failed = 0
+    for job in todo:
+        try:
+            _run_one(job, args)
+        except Exception:  # the next seed runs all the same; the runner counts the missing result
+            failed += 1
+            print(f"study job {job.name} failed:", file=sys.stderr)
+            traceback.print_exc()
+        sys.stdout.flush()
+    return 1 if failed or refused else 0
+
+
+def _run_one(job, args: argparse.Namespace) -> int:
+    from atlas_experiments import tracking
+    from atlas_experiments._io import write_json_atomic
+    from atlas_experiments.evaluation.results import EvalResult, track_result
+    from atlas_experiments.study.execute import run_job
+
     if args.plan and job.name not in json.loads(Path(args.plan).read_text())["accepted_jobs"]:
         write_json_atomic(job.result(args.root), {"skipped": f"dropped by the pilot to fit its budget ({args.plan})"})
         print(f"study job {job.name}: dropped by the pilot")
@@ -223,8 +278,9 @@ def report_command(args: argparse.Namespace) -> int:
         if not done:  # no fresh results: rule v1's verdicts are the record's
             v1, v1_source = record, f"from `{args.v1_record}`"
     header = "\n\n".join(x for x in (provenance(args.root, done, args.out), coverage) if x)
+    others = [r for r in records if r["verdict"] in ("other scale", "not testable")]
     text = report_v2.render(registry, scales, fresh=fresh, rejudged=rejudged, v1=v1, v1_source=v1_source,
-                            header=header)  # fmt: skip
+                            others=others, header=header)  # fmt: skip
     data = {"rule_v2": fresh, "v1_data_rule_v2": rejudged, "rule_v1": v1}
     path = write_report([*fresh, *(rejudged or [])], text, args.out, data)
     for r in rejudged or v2:

@@ -5,6 +5,10 @@ Each job runs as its own `atlas study run --job ...` process with one torch thre
 `study.results`) exists, so the runner can be killed at any moment (kill -9 included) and started again: it skips
 what finished and reruns what did not, and every job is deterministic in its seed, so the results are those of an
 uninterrupted run. A result file that is not the job's own (corrupt or foreign) is reported and left alone.
+
+`--per-arm` groups the jobs by (protocol, arm) instead: one `atlas study run --arm protocol/arm` process per group
+runs that arm's pending seeds in sequence, each seed's result finalized the moment it ends, so a process's start-up
+(imports, a GPU context) is paid once per arm rather than once per seed; its log is `<root>/logs/<protocol>/<arm>.log`.
 """
 
 from __future__ import annotations
@@ -32,9 +36,25 @@ def pending_jobs(jobs: Sequence[Job], root: str | Path) -> tuple[list[Job], list
     return todo, refused
 
 
-def run_pending(jobs: Sequence[Job], root: str | Path, child_args: Sequence[str], workers: int = 1) -> int:
+def arm_key(job: Job) -> str:
+    """`protocol/arm` of a job (`all` for a select task's shared run): what `atlas study run --arm` takes."""
+    return f"{job.protocol.name}/{job.arm.name if job.arm else 'all'}"
+
+
+def group_by_arm(jobs: Sequence[Job]) -> dict[str, list[Job]]:
+    """The jobs by `arm_key`, groups and seeds in plan order."""
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        groups.setdefault(arm_key(job), []).append(job)
+    return groups
+
+
+def run_pending(
+    jobs: Sequence[Job], root: str | Path, child_args: Sequence[str], workers: int = 1, per_arm: bool = False
+) -> int:
     """Run the pending jobs `workers` at a time; returns the number that failed. `child_args` are the options each
-    `atlas study run --job` receives (claims, scale, root, tracking)."""
+    `atlas study run --job` receives (claims, scale, root, tracking). `per_arm`: one process per (protocol, arm)
+    that runs its seeds in sequence (`atlas study run --arm`), `workers` arms at a time."""
     from tqdm.auto import tqdm
 
     root = Path(root)
@@ -53,6 +73,8 @@ def run_pending(jobs: Sequence[Job], root: str | Path, child_args: Sequence[str]
             code = subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, env=env, check=False).returncode
         return job, code
 
+    if per_arm:
+        return _run_arms(group_by_arm(todo), root, child_args, workers, env) + len(refused)
     failed = 0
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         futures = [pool.submit(one, job) for job in todo]
@@ -62,3 +84,29 @@ def run_pending(jobs: Sequence[Job], root: str | Path, child_args: Sequence[str]
                 failed += 1
                 print(f"study job {job.name} failed ({code}): {root / 'logs' / (job.name + '.log')}", file=sys.stderr)
     return failed + len(refused)
+
+
+def _run_arms(groups: dict[str, list[Job]], root: Path, child_args: Sequence[str], workers: int, env: dict) -> int:
+    """One `atlas study run --arm` process per group; a job counts as failed when its result is missing afterwards
+    (the process may have died part way through the arm's seeds: the seeds before that point are kept)."""
+    from tqdm.auto import tqdm
+
+    def one(key: str) -> tuple[str, int]:
+        log = root / "logs" / f"{key}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "atlas_experiments.cli", "study", "run", *child_args, "--arm", key]
+        with log.open("w") as handle:
+            code = subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, env=env, check=False).returncode
+        return key, code
+
+    failed = 0
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = [pool.submit(one, key) for key in groups]
+        for future in tqdm(as_completed(futures), total=len(futures), desc="study arms", unit="arm"):
+            key, code = future.result()
+            left, refused = pending_jobs(groups[key], root)
+            failed += len(left) + len(refused)
+            if code or left:
+                print(f"study arm {key} exited with {code}, {len(left)} of {len(groups[key])} seeds without a "
+                      f"result: {root / 'logs' / (key + '.log')}", file=sys.stderr)  # fmt: skip
+    return failed

@@ -206,10 +206,11 @@ def render(
     rejudged: list[dict[str, Any]] | None,
     v1: list[Mapping[str, Any]],
     v1_source: str,
+    others: list[Mapping[str, Any]],
     header: str = "",
 ) -> str:
-    """verdicts.md: the counts per rule, rule v2 on new evidence, the v1 data under rule v2, the gates, rule v1."""
-    others = [r for r in v1 if r["verdict"] in ("other scale", "not testable")]
+    """verdicts.md: the counts per rule, rule v2 on new evidence, the v1 data under rule v2, the gates, rule v1.
+    `others`: the current registry's claims of another scale or not testable (counted in both rule v2 columns)."""
     columns = {"rule v2, new evidence": counts([*fresh, *others])}
     if rejudged is not None:
         columns["v1 data, rule v2 (not new evidence)"] = counts([*rejudged, *others])

@@ -1,0 +1,176 @@
+"""Forward + backward timing rows of the memory ops at the 340M / 760M layer shapes, in `kernels_gpu.py`'s format.
+
+    python benchmarks/gpu/timing_rows.py --rows eager --budget 40 --out timing.md
+    python benchmarks/gpu/timing_rows.py --rows compiled --budget 30 --out compiled.md
+    ... --smoke   # CPU, Triton interpreter, tiny shapes (rehearsal)
+
+`eager`: the linear memory's rows that the first GPU run never reached (results-2026-11-30-h200.md, "What is left"
+2): the Triton op and the torch chunk op for the gated delta rule (c = 1) and the Omega window (c = 4), beside
+flash-linear-attention's `chunk_gated_delta_rule` (Gated DeltaNet's kernels: the ceiling a linear memory can reach;
+"skipped" with the reason when `fla` is not importable, see wheels.sh). `compiled`: the torch chunk op with its
+chunk step under torch.compile, when atlas-kernels offers one (`memory_chunk_torch(..., compiled=True)` or a
+"compiled" backend); otherwise every row says so. Its first call compiles (tens of seconds), so it is a step of
+its own. The helpers (shapes, FLOP model, bench_ms) are `kernels_gpu_cases.py`'s; the table is rewritten (temp
+file, then rename) after every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import inspect
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+if "--smoke" in sys.argv:  # the interpreter must be on before anything imports triton.language
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import kernels_gpu_cases as cases  # noqa: E402
+import torch  # noqa: E402
+
+COMPILED_CONFIGS = ["gated-delta c=1", "omega c=4", "mlp omega gd c=4"]
+# torch.compile backend of the compiled rows: True = inductor (the real rows); the smoke run traces with "eager",
+# which checks the plumbing without inductor's minutes of CPU code generation
+COMPILE_WITH: bool | str = True
+
+
+def compiled_op():
+    """(op, None) for the compiled torch chunk op atlas-kernels offers, else (None, why)."""
+    from atlas_kernels import api
+    from atlas_kernels.ops.memory import chunk
+
+    if "compiled" in inspect.signature(chunk.memory_chunk_torch).parameters:
+        return functools.partial(chunk.memory_chunk_torch, compiled=COMPILE_WITH), None
+    if "compiled" in getattr(api, "BACKENDS", ()):
+        return functools.partial(api.memory_chunk, backend="compiled"), None
+    return None, "skipped: atlas-kernels offers no compiled torch op (no `compiled` option, no 'compiled' backend)"
+
+
+def compiled_factory(B, T, H, D, cfg):
+    op, why = compiled_op()
+    if op is None:
+        return None, why
+    q, k, v, gates, p, leaves = cases.memory_inputs(B, T, H, D, cfg)
+
+    def step():
+        o, _ = op(q, k, v, gates, p, cfg)
+        o.float().sum().backward()
+
+    def forward():
+        with torch.no_grad():
+            op(q, k, v, gates, p, cfg)
+
+    return (step, forward, leaves), None
+
+
+def runs(kind: str, model: str, B: int, T: int, H: int, D: int) -> list[tuple]:
+    cfgs = {**cases.CONFIGS, **cases.MLP_CONFIGS}
+    if kind == "compiled":
+        return [("torch chunk op, compiled", name, cfgs[name], compiled_factory, (B, T, H, D, cfgs[name]))
+                for name in COMPILED_CONFIGS]  # fmt: skip
+    gdr, omega = cfgs["gated-delta c=1"], cfgs["omega c=4"]
+    return [
+        ("triton", "gated-delta c=1", gdr, cases.atlas_factory, ("triton", B, T, H, D, gdr)),
+        ("fla chunk_gated_delta_rule", "gated-delta c=1", gdr, _fla, (B, T, H, D)),
+        ("torch chunk op", "gated-delta c=1", gdr, cases.atlas_factory, ("torch", B, T, H, D, gdr)),
+        ("triton", "omega c=4", omega, cases.atlas_factory, ("triton", B, T, H, D, omega)),
+        ("torch chunk op", "omega c=4", omega, cases.atlas_factory, ("torch", B, T, H, D, omega)),
+    ]
+
+
+def _fla(B, T, H, D):
+    made, why = cases.fla_step(B, T, H, D)
+    return made, (None if made else f"skipped: flash-linear-attention {why} (benchmarks/gpu/wheels.sh carries it)")
+
+
+def table(kind: str, budget_s: float, peak: float, save) -> list[str]:
+    deadline = time.time() + budget_s
+    lines = [
+        f"## Forward + backward ({kind}; bf16, {cases.TOKENS_PER_BATCH} tokens per batch)",
+        "",
+        f"bf16 matmul roof (measured): **{peak:.0f} TFLOP/s**; model TFLOP/s from the chunkwise FLOP model, as in "
+        "kernels_gpu.md.",
+        "",
+        "| model | T | B | implementation | config | fwd ms | fwd+bwd ms | tokens/s (fwd+bwd) | model TFLOP/s "
+        "| % roof |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    save(lines)  # a file from the start: the first row's compilation can outlast the step
+    T = cases.LENGTHS[0]
+    B = max(1, cases.TOKENS_PER_BATCH // T)
+    for model, (_, H, D) in cases.MODELS.items():
+        for impl, cname, cfg, factory, fargs in runs(kind, model, B, T, H, D):
+            row = f"| {model} | {T} | {B} | {impl} | {cname} |"
+            if time.time() > deadline - 10:
+                lines.append(row + " skipped (time budget) | | | | |")
+                save(lines)
+                continue
+            try:
+                made, why = factory(*fargs)
+                if made is None:
+                    lines.append(row + f" {why} | | | | |")
+                else:
+                    step, forward, leaves = made
+                    fwd = cases.bench_ms(forward, rep_ms=100)
+                    full = cases.bench_ms(step, grad_to_none=leaves)
+                    if cfg.memory in ("mlp", "gated_mlp"):
+                        flops = cases.mlp_memory_flops(B, T, H, D, cfg.expansion * D, cfg.chunk_size, cfg.window,
+                                                       cfg.uses_momentum, cfg.memory == "gated_mlp")  # fmt: skip
+                    else:
+                        flops = cases.linear_memory_flops(B, T, H, D, D, cfg.chunk_size, cfg.window, cfg.decay_first)
+                    tflops = flops / (full * 1e-3) / 1e12
+                    lines.append(row + f" {fwd:.2f} | {full:.2f} | {B * T / (full * 1e-3):,.0f} | {tflops:.1f} | "
+                                 f"{100 * tflops / peak:.1f}% |")  # fmt: skip
+            except Exception as exc:  # the row says what went wrong; the next one runs
+                msg = str(exc).splitlines()[0][:120] if str(exc) else ""
+                lines.append(row + f" ERROR {type(exc).__name__}: {msg} | | | | |")
+                traceback.print_exc()
+            finally:
+                if cases.DEVICE == "cuda":
+                    torch.cuda.empty_cache()
+            print(lines[-1], flush=True)
+            save(lines)
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", choices=("eager", "compiled"), default="eager")
+    ap.add_argument("--budget", type=float, default=40.0, help="seconds; rows past it are listed as skipped")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--smoke", action="store_true", help="CPU, Triton interpreter, tiny shapes")
+    args = ap.parse_args()
+    if args.smoke:
+        global COMPILE_WITH
+        cases.smoke_setup()
+        COMPILE_WITH = "eager"
+        del COMPILED_CONFIGS[1:]
+    elif not torch.cuda.is_available():
+        print("timing_rows.py needs a CUDA GPU (none visible); nothing was run.")
+        return 2
+    import triton
+
+    device = torch.cuda.get_device_name() if cases.DEVICE == "cuda" else "CPU (smoke run, interpreter)"
+    header = [f"- device: {device}; torch {torch.__version__}; triton {triton.__version__}",
+              f"- command: `python benchmarks/gpu/timing_rows.py {' '.join(sys.argv[1:])}`", ""]  # fmt: skip
+
+    def save(lines: list[str], done: bool = False) -> None:
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text("\n".join(header + lines + ([] if done else ["", "(run in progress)"])) + "\n")
+        tmp.replace(args.out)
+
+    start = time.time()
+    peak = cases.matmul_tflops()
+    lines = table(args.rows, args.budget - (time.time() - start), peak, save)
+    lines += ["", f"Wall time: {time.time() - start:.0f} s (budget {args.budget:.0f} s)."]
+    save(lines, done=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
