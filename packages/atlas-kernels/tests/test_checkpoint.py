@@ -106,7 +106,7 @@ _RUN_CHUNKS = chunk_mod._run_chunks
 
 def _gram_recompute(monkeypatch, on: bool) -> None:
     """The op's low-memory mode with the factored Muon path's Gram recomputation forced on or off."""
-    monkeypatch.setattr(chunk_mod, "_run_chunks", lambda *a, low_memory: _RUN_CHUNKS(*a, low_memory=on))
+    monkeypatch.setattr(chunk_mod, "_run_chunks", lambda *a, low_memory, **kw: _RUN_CHUNKS(*a, low_memory=on, **kw))
 
 
 @pytest.mark.parametrize("cfg", GRAM, ids=lambda c: f"{c.ns_eval}-{c.muon_polynomial}")

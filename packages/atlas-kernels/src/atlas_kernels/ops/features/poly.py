@@ -33,9 +33,24 @@ def poly_init_coeffs(degree: int, dtype: torch.dtype = torch.float32) -> torch.T
 exp_taylor_coeffs = poly_init_coeffs
 
 
-@lru_cache(maxsize=64)
 def _monomials(dim: int, degree: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Index tuples [M, degree] of the degree-`degree` monomials and sqrt of their multinomial coefficients."""
+    """Index tuples [M, degree] of the degree-`degree` monomials and sqrt of their multinomial coefficients.
+
+    Constants of (dim, degree): `mark_compile_constants` marks this function as having a constant result (the
+    compiled chunk op calls it), so torch.compile takes it as such instead of tracing the Python enumeration.
+    Marking it here, at import, would import torch._dynamo with every import of the package (1.7 s).
+    """
+    return _monomial_table(dim, degree)
+
+
+def mark_compile_constants() -> None:
+    """Tell torch.compile that `_monomials` returns constants of its arguments. Call it before compiling code that
+    builds polynomial features (it imports torch._dynamo, which the package avoids at import)."""
+    torch.compiler.assume_constant_result(_monomials)
+
+
+@lru_cache(maxsize=64)
+def _monomial_table(dim: int, degree: int) -> tuple[torch.Tensor, torch.Tensor]:
     combos = list(itertools.combinations_with_replacement(range(dim), degree))
     index = torch.tensor(combos, dtype=torch.long).reshape(len(combos), degree)
     scale = []

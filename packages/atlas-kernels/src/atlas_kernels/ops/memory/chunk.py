@@ -46,7 +46,15 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def memory_chunk_torch(
-    q, k, v, gates, params, cfg: MemoryConfig, state: MemoryState | None = None, checkpoint: bool | None = None
+    q,
+    k,
+    v,
+    gates,
+    params,
+    cfg: MemoryConfig,
+    state: MemoryState | None = None,
+    checkpoint: bool | None = None,
+    compiled: bool | str = False,
 ):
     """Chunkwise-parallel memory op in PyTorch. Arguments and returns as `atlas_kernels.memory_chunk`, plus:
 
@@ -56,7 +64,21 @@ def memory_chunk_torch(
         when a gradient will be taken and T x the state's bytes exceeds cfg.checkpoint_min_mib, off otherwise
         (see `checkpoint.default_checkpoint`). With cfg.checkpoint_group G > 1 only every G-th boundary state
         stays alive (two-level checkpointing, `checkpoint.checkpoint_groups`).
+    compiled: run every full chunk (cfg.chunk_size tokens) through `torch.compile(fullgraph=True, dynamic=False)`
+        of the one-chunk step; True compiles with inductor, a string names another torch.compile backend. The
+        short last chunk of a length that is not a multiple of b runs eagerly (no compilation per tail length).
+        The same values as the eager op up to rounding (float64: within 1e-10 in outputs, state and every input
+        gradient; tests/test_compiled_chunk.py). The first calls compile (tens of seconds per configuration
+        and device; a few variants: the first chunk, whose state comes from `params`, the later ones, and
+        without autograd); see `compiled_chunk_step` for what compiles on a CPU. Raises ValueError for
+        feature_map="exp" and window="global", whose state grows with every chunk (a new compilation per chunk).
     """
+    if compiled and isinstance(cfg, MemoryConfig) and (cfg.feature_map == "exp" or cfg.is_global):
+        grows = "feature_map='exp' (the dual-form keys)" if cfg.feature_map == "exp" else "window='global' (the halo)"
+        raise ValueError(
+            f"compiled: the state grows with every chunk under {grows}, so each chunk would compile anew "
+            "(dynamic=False); run these configurations with compiled=False"
+        )
     q, k, v, gates, state, n_pending = resume_inputs(q, k, v, gates, state)
     x = prepare_inputs(q, k, v, gates, params, cfg)
     out_dtype = x.k.dtype
@@ -75,7 +97,7 @@ def memory_chunk_torch(
     chunks = _split_chunks(x, cfg.chunk_size)
     group = cfg.checkpoint_group if checkpoint and torch.is_grad_enabled() else 1
     # Checkpointing is the op's low-memory mode: there the Muon chunks also recompute their Gram matrices
-    run = functools.partial(_run_chunks, low_memory=checkpoint)
+    run = functools.partial(_run_chunks, low_memory=checkpoint, compiled=compiled)
     if group > 1 and len(chunks) > group:
         # Two levels: only every group-th boundary state stays alive between forward and backward
         outputs, state, chunk_start = checkpoint_groups(run, chunks, group, state, params, cfg)
@@ -89,21 +111,44 @@ def memory_chunk_torch(
 
 
 def _run_chunks(
-    chunks: list[OpInputs], state: MemoryState, params, cfg: MemoryConfig, checkpoint: bool, low_memory: bool
+    chunks: list[OpInputs],
+    state: MemoryState,
+    params,
+    cfg: MemoryConfig,
+    checkpoint: bool,
+    low_memory: bool,
+    compiled: bool | str = False,
 ):
     """The chunks in order from `state`: (their outputs, the state after the last, the state before the last).
-    `checkpoint`: each chunk under its own checkpoint; `low_memory`: passed on to `_chunk_step`."""
+    `checkpoint`: each chunk under its own checkpoint; `low_memory`: passed on to `_chunk_step`; `compiled`: full
+    chunks through `compiled_chunk_step` (see `memory_chunk_torch`)."""
     outputs, chunk_start = [], state
     for xc in chunks:
         chunk_start = state
+        full = xc.k.shape[2] == cfg.chunk_size
+        step = compiled_chunk_step(compiled, xc.k.device.type) if compiled and full else _chunk_step
         if checkpoint:  # non-reentrant, no RNG inside a chunk (no RNG state to preserve)
             y, state = torch.utils.checkpoint.checkpoint(
-                _chunk_step, xc, state, params, cfg, low_memory, use_reentrant=False, preserve_rng_state=False
+                step, xc, state, params, cfg, low_memory, use_reentrant=False, preserve_rng_state=False
             )
         else:
-            y, state = _chunk_step(xc, state, params, cfg, low_memory)
+            y, state = step(xc, state, params, cfg, low_memory)
         outputs.append(y)
     return outputs, state, chunk_start
+
+
+@functools.cache
+def compiled_chunk_step(backend: bool | str, device_type: str):
+    """`_chunk_step` under `torch.compile(fullgraph=True, dynamic=False)`, one compiled function per backend and
+    device type (True: inductor). On a CPU inductor compiles without vectorisation: its vectorised C++ code
+    corrupts the heap in the backward of a one-token chunk with polynomial features and a window (torch 2.13,
+    float64: wrong gradients or an abort), which the scalar code does not."""
+    from atlas_kernels.ops.features.poly import mark_compile_constants
+
+    mark_compile_constants()
+    name = "inductor" if backend is True else backend
+    options = {"cpp.simdlen": 1} if name == "inductor" and device_type == "cpu" else None
+    return torch.compile(_chunk_step, fullgraph=True, dynamic=False, backend=name, options=options)
 
 
 def _split_chunks(x: OpInputs, size: int) -> list[OpInputs]:

@@ -92,8 +92,9 @@ def prepare_inputs(
             raise ValueError(f"gates['{name}']: expected shape {layout} = {(B, T, H, *trail)}{mode}, got {shape}")
         if g.device != k.device:
             raise ValueError(f"gates['{name}']: device {g.device} differs from k's {k.device}")
-        # On CUDA the check would force a host sync per call (and per decoded token): CPU tensors only.
-        if g.device.type == "cpu" and not bool(torch.isfinite(g).all()):
+        # On CUDA the check would force a host sync per call (and per decoded token): CPU tensors only, and not
+        # under torch.compile (a value read on the host ends the graph).
+        if g.device.type == "cpu" and not torch.compiler.is_compiling() and not bool(torch.isfinite(g).all()):
             raise ValueError(f"gates['{name}']: contains non-finite values")
         out[name] = g.to(gate_dtype).transpose(1, 2)
     check_params(params, cfg, H, Dk, Dv, k)
