@@ -8,13 +8,12 @@ import math
 
 import numpy as np
 import pytest
+import scipy.stats as stats  # the independent reference for the p-values (mlflow depends on scipy)
 
 from atlas_experiments.study.decision import Verdict
 from atlas_experiments.study.paired_tests import holm, one_sided, sign_flip_bounds, sign_flip_p
 from atlas_experiments.study.power import holds_probability, seeds_for_power
 from atlas_experiments.study.rule_v2 import ALPHA, combine, compare, smallest_exact_n
-
-stats = pytest.importorskip("scipy.stats", reason="scipy is the independent reference for the p-values")
 
 DELTA = 0.05
 
