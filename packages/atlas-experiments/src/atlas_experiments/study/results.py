@@ -95,8 +95,9 @@ def load(job: Job, root: str | Path) -> dict[str, Any]:
 
 
 def finished(job: Job, root: str | Path) -> bool:
-    """True when the job has a complete result of its own (a refused file is not finished: it is rerun only after
-    someone removes it, since overwriting it could destroy another job's result)."""
+    """True when the job has a complete result of its own, False when it has none. A file that is not its own
+    raises `ResultError`: the job does not run over it (that could destroy another job's result) until someone
+    removes it."""
     try:
         load(job, root)
     except FileNotFoundError:
