@@ -118,17 +118,18 @@ def plan_command(args: argparse.Namespace) -> int:
                   f"{plan.power:>6.2f}  {plan.note}")  # fmt: skip
         return 0
     if args.costs:
-        timings = {(t["protocol"], t["arm"]): t["job_s"] for t in json.loads(Path(args.costs).read_text())["timings"]}
-        from atlas_experiments.study.plan import planned_claims
+        from atlas_experiments.study.plan import claim_jobs, planned_claims
 
-        total = sum(timings.get((j.protocol.name, j.arm.name if j.arm else "all"), 0.0) for j in jobs)
+        timings = {(t["protocol"], t["arm"]): t["job_s"] for t in json.loads(Path(args.costs).read_text())["timings"]}
+
+        def hours(some) -> float:
+            return sum(timings.get((j.protocol.name, j.arm.name if j.arm else "all"), 0.0) for j in some) / 3600
+
         print(f"{'claim':<42} {'jobs':>5} {'CPU-hours':>9}  (jobs shared between claims count for each)")
         for claim in planned_claims(registry, scales):
-            mine = [j for j in jobs if j.protocol.name == claim.protocol
-                    and (j.arm is None or j.arm.name in {a.name for a in claim.arms})]  # fmt: skip
-            hours = sum(timings.get((j.protocol.name, j.arm.name if j.arm else "all"), 0.0) for j in mine) / 3600
-            print(f"{claim.id:<42} {len(mine):>5} {hours:>9.2f}")
-        print(f"{'all jobs (each once)':<42} {len(jobs):>5} {total / 3600:>9.2f}")
+            mine = claim_jobs(claim, registry)
+            print(f"{claim.id:<42} {len(mine):>5} {hours(mine):>9.2f}")
+        print(f"{'all jobs (each once)':<42} {len(jobs):>5} {hours(jobs):>9.2f}")
         return 0
     for job in jobs:
         print(job.name)
