@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from atlas_kernels import MemoryConfig
+from atlas_kernels import MemoryConfig, api, memory_chunk
 from atlas_kernels.ops.features.poly import mark_compile_constants
 from atlas_kernels.ops.memory.chunk import memory_chunk_torch
 from atlas_kernels.testing import config_id, leaf_inputs, rel_err
@@ -25,6 +25,8 @@ CONFIGS = [
     MemoryConfig(memory="mlp", optimizer="gd", feature_map="poly", window=3, chunk_size=2),
     # Atlas++'s memory: the factored Muon path, its Gram matrices under their own checkpoint (checkpoint=True)
     MemoryConfig(memory="gated_mlp", optimizer="muon", feature_map="poly", window=2, chunk_size=2, ns_form="lowrank"),
+    # Atlas's memory at the CPU study shapes: per-token Muon (ns_form "auto" takes the Gram form there)
+    MemoryConfig(memory="mlp", optimizer="muon", feature_map="poly", window=2, chunk_size=2, ns_form="auto"),
     # Titans' memory (momentum) and the exact delta rule (WY form)
     MemoryConfig(memory="mlp", optimizer="momentum", chunk_size=2),
     MemoryConfig(memory="linear", exact_delta=True, chunk_size=2),
@@ -101,3 +103,16 @@ def test_compiled_rejects_a_state_that_grows_with_every_chunk(cfg):
 )
 def test_inductor_compiled_chunks_equal_the_eager_op(cfg, T):
     _compare(cfg, True, T)
+
+
+def test_backend_compiled_runs_the_compiled_torch_op(monkeypatch):
+    """memory_chunk(backend="compiled") is the torch op with compiled=True, on any device (no Triton involved)."""
+    seen = []
+    real = api.memory_chunk_torch
+    monkeypatch.setattr(api, "memory_chunk_torch", lambda *a, **kw: seen.append(kw.get("compiled")) or real(*a))
+    cfg = CONFIGS[0]
+    q, k, v, gates, params, _ = _inputs(cfg, 3)
+    assert api.select_backend(q, cfg, "compiled") == "compiled"
+    memory_chunk(q, k, v, gates, params, cfg, backend="compiled")
+    memory_chunk(q, k, v, gates, params, cfg, backend="torch")
+    assert seen == [True, False]

@@ -76,7 +76,7 @@ def test_ns_form_is_checked_and_round_trips():
         assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
 
 
-@pytest.mark.parametrize(("form", "expected"), [("materialise", "auto"), ("gram", "gram")])
+@pytest.mark.parametrize(("form", "expected"), [("materialise", "auto"), ("gram", "gram"), ("auto", "gram")])
 def test_chunk_op_runs_the_form_it_names(monkeypatch, form, expected):
     """The forms agree in value (above), so only the calls tell them apart: "gram" iterates on Gram matrices
     (`newton_schulz_gram`), "materialise" on the momenta (`newton_schulz_auto`, Triton on a GPU)."""

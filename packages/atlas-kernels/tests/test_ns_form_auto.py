@@ -1,6 +1,7 @@
-"""ns_form="auto" (`muon_lowrank.uses_factored_path`): the chunk op runs the materialising Muon path on a CPU when
-every weight Muon updates has fewer than FACTORED_MIN_WEIGHT entries, the factored path otherwise, and its results
-are bit for bit those of the form it picks. Also ns_eval="auto", which every optimizer and form accepts.
+"""ns_form="auto" (`muon_lowrank.resolve_ns_form`): the chunk op runs a per-token Muon path (the Newton-Schulz steps
+on the Gram matrix) on a CPU when every weight Muon updates has fewer than FACTORED_MIN_WEIGHT entries, the factored
+path otherwise, and its results are bit for bit those of the form it picks. Also ns_eval="auto", which every
+optimizer and form accepts.
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ import torch
 from atlas_kernels import MemoryConfig, init_memory_params, memory_chunk
 from atlas_kernels.config import MemoryConfigError
 from atlas_kernels.ops.memory import chunk
-from atlas_kernels.ops.memory.muon_lowrank import FACTORED_MIN_WEIGHT, uses_factored_path
+from atlas_kernels.ops.memory.muon_lowrank import (
+    AUTO_PER_TOKEN_FORM,
+    FACTORED_MIN_WEIGHT,
+    resolve_ns_form,
+    uses_factored_path,
+)
 from atlas_kernels.testing import random_inputs
 
 H = 2
@@ -46,6 +52,21 @@ def test_auto_switches_at_the_threshold_on_a_cpu(out, inp, factored):
     assert uses_factored_path(cfg, [(out, inp)], torch.device("cuda")) is True
 
 
+def test_auto_takes_the_gram_form_below_the_threshold_and_explicit_forms_stay():
+    assert AUTO_PER_TOKEN_FORM == "gram"
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    auto = MemoryConfig(memory="mlp", optimizer="muon", ns_form="auto")
+    assert resolve_ns_form(auto, [(16, 45), (8, 16)], cpu) == "gram"
+    assert resolve_ns_form(auto, [(16, 45), (64, 64)], cpu) == "lowrank"
+    assert resolve_ns_form(auto, [(16, 45)], cuda) == "lowrank"
+    for form in ("materialise", "gram", "lowrank"):
+        cfg = dataclasses.replace(auto, ns_form=form)
+        assert resolve_ns_form(cfg, [(16, 45)], cpu) == form
+        assert resolve_ns_form(cfg, [(64, 128)], cuda) == form
+    chunk = dataclasses.replace(auto, ns_form="gram", muon_polynomial="chunk")
+    assert resolve_ns_form(chunk, [(16, 45)], cpu) == "lowrank"  # the approximation is factored only
+
+
 def test_auto_reads_the_largest_weight():
     cfg = MemoryConfig(memory="mlp", optimizer="muon", ns_form="auto")
     small = [(8, 16), (16, 8)]
@@ -71,7 +92,7 @@ def test_explicit_forms_ignore_the_size(kwargs, factored):
 
 @pytest.mark.parametrize(
     "memory, Dk, Dv, picks",
-    [("linear", 5, 7, "materialise"), ("linear", 64, 64, "lowrank"), ("mlp", 4, 4, "materialise")],
+    [("linear", 5, 7, "gram"), ("linear", 64, 64, "lowrank"), ("mlp", 4, 4, "gram")],
     ids=["linear-5x7", "linear-64x64", "mlp-4"],
 )
 def test_auto_runs_the_form_it_picks_bit_for_bit(monkeypatch, memory, Dk, Dv, picks):
@@ -88,7 +109,7 @@ def test_auto_runs_the_form_it_picks_bit_for_bit(monkeypatch, memory, Dk, Dv, pi
         assert torch.equal(t, state_ref.tensors()[name]), name
 
 
-def test_the_materialising_branch_of_auto_matches_the_factored_path_in_float64(monkeypatch):
+def test_the_per_token_branch_of_auto_matches_the_factored_path_in_float64(monkeypatch):
     cfg = MemoryConfig(memory="mlp", optimizer="muon", feature_map="poly", window=3, chunk_size=4, ns_form="auto")
     o, state, calls = _counted_run(monkeypatch, cfg, 4, 4, T=11)
     assert calls["materialised"] and not calls["factored"]

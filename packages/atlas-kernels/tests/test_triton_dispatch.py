@@ -18,7 +18,7 @@ def _args(cfg=LINEAR, T=6, dtype=torch.float64):
 
 
 def test_unknown_backend_is_rejected():
-    with pytest.raises(ValueError, match="^backend: expected one of auto, torch, triton"):
+    with pytest.raises(ValueError, match="^backend: expected one of auto, torch, compiled, triton"):
         memory_chunk(*_args(), backend="cuda")
 
 

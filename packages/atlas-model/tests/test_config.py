@@ -129,6 +129,8 @@ def test_config_round_trips_through_json(tmp_path):
         ({"eta_max": 0.0}, "eta_max"),
         ({"conv_size": 0}, "conv_size"),
         ({"memory_backend": "cuda"}, "memory_backend"),
+        ({"name": "deep_transformer", "memory_backend": "compiled"}, "memory_backend"),  # exp: the state grows
+        ({"memory": {"window": "global"}, "memory_backend": "compiled"}, "memory_backend"),
         ({"hiden_size": 64}, "overrides"),
     ],
 )
@@ -144,6 +146,36 @@ def test_bad_config_is_rejected_by_the_constructor_too():
         AtlasConfig(hidden_size=64, num_attention_heads=6)
     with pytest.raises(AtlasConfigError, match="^memory"):
         AtlasConfig(mixer="memory", memory=None)
+
+
+def test_compiled_backend_gives_the_torch_backend_model(make_model, make_ids, monkeypatch):
+    """memory_backend="compiled" evaluates the same model (each memory chunk under torch.compile); the test compiles
+    with the "aot_eager" backend (dynamo and AOT autograd, no code generation) to stay fast."""
+    import torch
+
+    from atlas_kernels.ops.memory import chunk
+
+    ids = make_ids(64, 2, 9)
+    compiled_for = []
+    real = chunk.compiled_chunk_step
+    monkeypatch.setattr(
+        chunk,
+        "compiled_chunk_step",
+        lambda _b, device_type: compiled_for.append(device_type) or real("aot_eager", device_type),
+    )
+    runs = []
+    for backend in ("torch", "compiled"):
+        model = make_model("atlas", torch.float64, 0, vocab_size=64, memory_backend=backend).train()
+        assert model.config.memory_backend == backend
+        out = model(ids, labels=ids)
+        out.loss.backward()
+        assert bool(compiled_for) == (backend == "compiled"), compiled_for
+        runs.append((out.loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+    (loss, grads), (loss_c, grads_c) = runs
+    assert torch.allclose(loss, loss_c, rtol=1e-10, atol=0)
+    assert grads.keys() == grads_c.keys()
+    for name, g in grads.items():
+        assert torch.allclose(g, grads_c[name], rtol=1e-8, atol=1e-12), name
 
 
 def test_memory_decay_target_passes_through_and_trains(make_model, make_ids):

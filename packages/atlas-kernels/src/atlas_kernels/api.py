@@ -12,8 +12,8 @@ from atlas_kernels.ops.dispatch import triton_available
 from atlas_kernels.ops.memory.chunk import memory_chunk_torch
 from atlas_kernels.ops.memory.state import MemoryState
 
-Backend = Literal["auto", "torch", "triton"]
-BACKENDS = ("auto", "torch", "triton")
+Backend = Literal["auto", "torch", "compiled", "triton"]
+BACKENDS = ("auto", "torch", "compiled", "triton")
 
 
 def _interpreting() -> bool:
@@ -54,7 +54,7 @@ def auto_excluded(cfg: MemoryConfig) -> str | None:
 
 
 def select_backend(q: torch.Tensor, cfg: MemoryConfig, backend: str = "auto") -> str:
-    """The backend `memory_chunk` runs: "torch" or "triton" (see `memory_chunk` for the rules).
+    """The backend `memory_chunk` runs: "torch", "compiled" or "triton" (see `memory_chunk` for the rules).
 
     Raises ValueError for an unknown backend, and for backend="triton" on a configuration the kernels do not
     cover (the message names the unsupported field), without a triton install, or on CPU tensors without
@@ -62,8 +62,8 @@ def select_backend(q: torch.Tensor, cfg: MemoryConfig, backend: str = "auto") ->
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-    if backend == "torch":
-        return "torch"
+    if backend in ("torch", "compiled"):
+        return backend
     if backend == "auto":
         if not (isinstance(q, torch.Tensor) and q.is_cuda and isinstance(cfg, MemoryConfig)):
             return "torch"
@@ -116,8 +116,13 @@ def memory_chunk(
         cfg: the MemoryConfig.
         state: the `MemoryState` returned by a previous call (segments chain exactly), or None to start
             from W_0, S_0 = 0 and an empty window.
-        backend: "auto" | "torch" | "triton".
+        backend: "auto" | "torch" | "compiled" | "triton".
             "torch": the PyTorch chunk op (every configuration, every dtype and device).
+            "compiled": the PyTorch chunk op with every full chunk under `torch.compile(fullgraph=True)`
+                (`memory_chunk_torch(compiled=True)`): the same values up to rounding, fewer and fused operations
+                per chunk; the first calls compile (tens of seconds). Raises ValueError for feature_map="exp" and
+                window="global", whose state grows with every chunk. Not chosen by "auto" (docs/chunkwise.md,
+                "Compilation").
             "triton": the Triton kernels (`ops/memory/triton_linear.py`, `ops/memory/triton_mlp.py`), which cover
                 memory "linear", "mlp" or "gated_mlp" (with or without memory_norm / residual, gelu or silu),
                 feature_map="identity", optimizer "gd" or "momentum", bias l2 or dot, a finite window with
@@ -140,7 +145,7 @@ def memory_chunk(
         from atlas_kernels.ops.memory.triton_linear import memory_chunk_triton
 
         return memory_chunk_triton(q, k, v, gates, params, cfg, state)
-    return memory_chunk_torch(q, k, v, gates, params, cfg, state)
+    return memory_chunk_torch(q, k, v, gates, params, cfg, state, compiled=backend == "compiled")
 
 
 def memory_step(

@@ -32,7 +32,7 @@ MEMORY_MIXERS = ("memory", "mag", "mal", "mac")
 SWA_MIXERS = ("swa", "mag", "mal")
 MEMORY_INIT = ("shared", "per_head", "zero")
 MEMORY_OUTPUT_INIT = ("random", "zero")
-MEMORY_BACKENDS = ("auto", "torch", "triton")
+MEMORY_BACKENDS = ("auto", "torch", "compiled", "triton")
 # eta_init defaults by inner optimizer (AtlasConfig.initial_eta): Muon's orthogonalised step has unit singular
 # values, so eta is its spectral step size (Muon's usual lr); gd / momentum keep the delta rule's beta = 0.5.
 MUON_ETA_INIT = 0.02
@@ -82,7 +82,8 @@ class AtlasConfig(PreTrainedConfig):
         memory_value_scale: None (default) keeps v as projected; a float s makes each head's value s * v / ||v||,
             which fixes the scale of what the memory stores against the unit-norm keys.
         memory_backend: `backend` of `atlas_kernels.memory_chunk`: "auto" (Triton kernels where they cover the
-            configuration on CUDA, else PyTorch), "torch" or "triton".
+            configuration on CUDA, else PyTorch), "torch", "compiled" (the PyTorch op with each chunk under
+            torch.compile; not for exp features or a global window) or "triton".
         gate_rank: rank r of the low-rank gate projections d -> r -> heads (Miras: 32 or 64).
         eta_max: inner learning rate eta = eta_max * sigmoid(.). 1.0 keeps the delta rule with unit keys stable
             (eta < 2 / ||phi(k)||^2 for identity features) and matches flash-linear-attention's beta.
@@ -293,6 +294,12 @@ class AtlasConfig(PreTrainedConfig):
             )
         if memory.feature_map == "exp" and self.memory_init == "zero":
             raise AtlasConfigError("memory_init: 'zero' is not defined for feature_map='exp' (use exp_init_keys=0)")
+        if self.memory_backend == "compiled" and (memory.feature_map == "exp" or memory.is_global):
+            grows = "feature_map='exp'" if memory.feature_map == "exp" else "window='global'"
+            raise AtlasConfigError(
+                f"memory_backend: 'compiled' compiles one chunk of fixed shape, but under {grows} the memory's "
+                "state grows with every chunk; use 'torch' or 'auto'"
+            )
         self.memory = memory.to_dict()
 
 

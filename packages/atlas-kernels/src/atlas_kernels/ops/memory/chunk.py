@@ -37,7 +37,7 @@ from atlas_kernels.ops.memory.coefficients import (
 from atlas_kernels.ops.memory.delta import delta_chunk_step
 from atlas_kernels.ops.memory.functional import activation, exp_kernel, explicit_features, memory_forward
 from atlas_kernels.ops.memory.inputs import OpInputs, prepare_inputs
-from atlas_kernels.ops.memory.muon_lowrank import lowrank_muon_chunk, uses_factored_path
+from atlas_kernels.ops.memory.muon_lowrank import lowrank_muon_chunk, resolve_ns_form
 from atlas_kernels.ops.memory.params import initial_state
 from atlas_kernels.ops.memory.state import MemoryState, halo_size, pending_inputs, resume_inputs
 from atlas_kernels.ops.newton_schulz import newton_schulz_auto, newton_schulz_gram
@@ -268,10 +268,11 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig, low
         return y, MemoryState(weights={"W": W}, momentum=None, halo_k=wk[:, :, wk.shape[2] :],
                               halo_v=wv[:, :, wv.shape[2] :], halo_gamma=wg[:, :, wg.shape[2] :])  # fmt: skip
     factors, f0 = _gradient_factors(wk, fk, wv, state, params, cfg)
-    if cfg.optimizer == "muon" and uses_factored_path(cfg, _weight_shapes(factors), qc.device):
+    form = resolve_ns_form(cfg, _weight_shapes(factors), qc.device) if cfg.optimizer == "muon" else None
+    if form == "lowrank":
         y, weights, momentum = lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target, low_memory)
-    elif cfg.optimizer == "muon":
-        y, weights, momentum = _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target)
+    elif form is not None:
+        y, weights, momentum = _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target, form)
     elif cfg.decay_first and cfg.bias == "l2":
         y, weights = _decay_first_chunk(qc, wk, fk, fq, wv, f0, d, eta, G, state, params, cfg, target)
         momentum = None
@@ -368,15 +369,16 @@ def _weight_shapes(factors) -> list[tuple[int, int]]:
     return [(signal.shape[-1], z.shape[-1]) for signal, z in factors.values()]
 
 
-def _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target=None):
-    """Muon: S_j for every chunk token, NS_k batched over (B, H, L), then per-token weights and retrieval."""
+def _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target=None, form="materialise"):
+    """Muon: S_j for every chunk token, NS_k batched over (B, H, L) in `form` ("gram" or "materialise"), then
+    per-token weights and retrieval."""
     LThG = d.LTh @ G
     decay_eta = d.LA * eta.unsqueeze(-2)  # [j, m] -> A_j / A_m * eta_m
     per_token, momentum = {}, {}
     for name, (signal, z) in factors.items():
         S = d.Th[..., None, None] * state.momentum[name].unsqueeze(2)
         S = S + torch.einsum("bhjw,bhwo,bhwi->bhjoi", LThG, signal, z)
-        ns = newton_schulz_gram if cfg.ns_form == "gram" else newton_schulz_auto
+        ns = newton_schulz_gram if form == "gram" else newton_schulz_auto
         O = ns(S, cfg.ns_steps, cfg.ns_coeffs, cfg.ns_eps)
         W = d.A[..., None, None] * state.weights[name].unsqueeze(2)
         if target is not None:  # W_init [H, o, i] against the per-token axis

@@ -26,21 +26,30 @@ from atlas_kernels.ops.memory.functional import compose_memory
 from atlas_kernels.ops.newton_schulz.gram import ns_polynomial
 from atlas_kernels.ops.newton_schulz.spectral import ns_polynomial_spectral
 
-# ns_form="auto" on a CPU: the factored path from this many entries of the largest weight Muon updates. Below it the
-# materialising path's few large products beat the factored path's many small ones (docs/muon.md, "Choosing the
-# form", benchmarks/muon_forms.md: 1.4-1.9x at memory head dim 8 / expansion 2, a 16 x 45 weight; from 4,096
-# entries the factored path won at 5 of 6 measured shapes, 1.1-2.5x).
+# ns_form="auto" on a CPU: the factored path from this many entries of the largest weight Muon updates. Below it a
+# per-token path's few large products beat the factored path's many small ones (docs/muon.md, "Choosing the form",
+# benchmarks/muon_forms.md: from 4,096 entries the factored path won at 5 of 6 measured shapes, 1.1-2.5x).
 FACTORED_MIN_WEIGHT = 4096
+# The per-token form ns_form="auto" takes below that size: the Newton-Schulz steps on the r x r Gram matrix, which
+# beat the steps on the r x n iterate at every measured shape below the threshold (benchmarks/muon_forms.md).
+AUTO_PER_TOKEN_FORM = "gram"
+
+
+def resolve_ns_form(cfg: MemoryConfig, weight_shapes: Iterable[tuple[int, int]], device: torch.device) -> str:
+    """The Muon form a chunk runs: "lowrank" (the factored path here), "gram" or "materialise" (per-token momenta,
+    `chunk._muon_chunk`), for the (out, in) shapes of the weights Muon updates."""
+    if cfg.muon_polynomial == "chunk" or cfg.ns_form == "lowrank":
+        return "lowrank"
+    if cfg.ns_form != "auto":
+        return cfg.ns_form
+    if device.type != "cpu" or max(o * i for o, i in weight_shapes) >= FACTORED_MIN_WEIGHT:
+        return "lowrank"
+    return AUTO_PER_TOKEN_FORM
 
 
 def uses_factored_path(cfg: MemoryConfig, weight_shapes: Iterable[tuple[int, int]], device: torch.device) -> bool:
-    """Whether a Muon chunk runs here (True) or in `chunk._muon_chunk` (per-token momenta), for the (out, in)
-    shapes of the weights Muon updates."""
-    if cfg.muon_polynomial == "chunk" or cfg.ns_form == "lowrank":
-        return True
-    if cfg.ns_form != "auto":
-        return False
-    return device.type != "cpu" or max(o * i for o, i in weight_shapes) >= FACTORED_MIN_WEIGHT
+    """Whether a Muon chunk runs here (True) or in `chunk._muon_chunk` (per-token momenta)."""
+    return resolve_ns_form(cfg, weight_shapes, device) == "lowrank"
 
 
 @dataclass
