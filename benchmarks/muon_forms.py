@@ -46,7 +46,9 @@ def _weight_shapes(cfg, D: int) -> list[tuple[int, int]]:
     return [tuple(p.shape[-2:]) for name, p in init_memory_params(cfg, 1, D, D).items() if name.startswith("W")]
 
 
-def time_shape(D: int, expansion: int, features: str, repeats: int, chunk: int = 16) -> tuple[list[tuple[int, int]], dict[str, float]]:
+def time_shape(
+    D: int, expansion: int, features: str, repeats: int, chunk: int = 16
+) -> tuple[list[tuple[int, int]], dict[str, float]]:
     import torch
 
     from atlas_kernels import MemoryConfig, init_memory_params, memory_chunk
@@ -86,8 +88,8 @@ def main(argv=None) -> int:
         f"Command: `python benchmarks/muon_forms.py {' '.join(sys.argv[1:])}`",
         "",
         f"Machine: {os.cpu_count()}-core CPU ({platform.machine()}), torch {torch.__version__}, 1 thread; date "
-        f"{datetime.date.today().isoformat()}; B={B}, H={H}, T={T}, MLP memory, l2, window 4, chunk {args.chunk}, float32 "
-        "inputs, float64 factored update. Seconds: the fastest of the rounds, fwd+bwd.",
+        f"{datetime.date.today().isoformat()}; B={B}, H={H}, T={T}, MLP memory, l2, window 4, chunk {args.chunk}, "
+        "float32 inputs, float64 factored update. Seconds: the fastest of the rounds, fwd+bwd.",
         "",
         f'`auto` column: the form ns_form="auto" picks on a CPU (gram below {FACTORED_MIN_WEIGHT} entries of the '
         "largest weight, factored from there); `best` is the fastest form measured.",

@@ -67,10 +67,11 @@ def main() -> None:
             *rows,
             "",
             "Normal and symmetric bimodal spreads keep both error rates at or below 0.05 within Monte Carlo error "
-            "(`tests: test_study_rule_v2.py::test_error_rates`). The right-skewed spread does not: when most seeds lose "
-            "a little and a few gain a lot, the mean can equal delta while most differences sit below it, and no test "
-            "of the mean with so few seeds can tell. A claim whose arms learn on some seeds only should be read with "
-            "that in mind; the learning gates (docs/study.md) catch the case where even the best arm has not learned.",
+            "(`tests: test_study_rule_v2.py::test_error_rates`). The right-skewed spread does not: when most seeds "
+            "lose a little and a few gain a lot, the mean can equal delta while most differences sit below it, and no"
+            " test of the mean with so few seeds can tell. A claim whose arms learn on some seeds only should be read"
+            " with that in mind; the learning gates (docs/study.md) catch the case where even the best arm has not "
+            "learned.",
             "",
         ]
     )
