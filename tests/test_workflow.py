@@ -77,6 +77,14 @@ def test_cluster_profile_dry_runs_with_slurm_and_the_paper_config(tmp_path):
     assert "lm-eval --checkpoint" in res.stdout and "--max-docs" not in res.stdout
     assert "--test-examples 128" not in res.stdout
     assert _jobs(res.stdout)["train"] == 13 + 3 + 4 + 6 + 4  # models + the four ablation tables
+    # every train job requests its projected runtime from config/costs/paper.json (docs/costs.md), capped at the
+    # config's 2 days: the cheap models ask for hours, the exact per-token Muon ones hit the cap
+    runtimes = {
+        m[1]: int(m[2])
+        for m in re.finditer(r"rule train:.*?runs/(pretrain/\w+)/checkpoints.*?runtime=(\d+)", res.stdout, re.S)
+    }
+    assert len(runtimes) == 13
+    assert runtimes["pretrain/transformer_pp"] < 2880 and runtimes["pretrain/atlas"] == 2880
 
 
 def test_the_one_node_workflow_profile_overrides_only_what_one_cpu_node_lacks(tmp_path):

@@ -110,6 +110,37 @@ def ablation_cells(axis):
     return [final_checkpoint(f"ablation_{axis}", run) for run in ABLATIONS[axis]]
 
 
+def train_jobs():
+    """Every pretraining job of the config, "<study>/<run>" -> its resolved TrainConfig mapping."""
+    jobs = {f"pretrain/{model}": train_config("pretrain", model) for model in config["models"]}
+    for axis, cells in ABLATIONS.items():
+        jobs.update({f"ablation_{axis}/{run}": train_config(f"ablation_{axis}", run) for run in cells})
+    return jobs
+
+
+COST_TABLE = config["resources"]["train"]["cost"]["table"] or f"{RESULTS}/costs/train.json"
+
+
+def train_runtime(wildcards):
+    """Minutes a train job requests: the config's number, or with `runtime: cost` its projected GPU-hours on the
+    job's GPUs times the margin, from the cost table (workflow/lib/train_costs.py, docs/costs.md)."""
+    train = config["resources"]["train"]
+    if train["runtime"] != "cost":
+        return train["runtime"]
+    from train_costs import requested_runtime
+
+    cost = train["cost"]
+    name = f"{wildcards.study}/{wildcards.run}"
+    return requested_runtime(
+        COST_TABLE,
+        name,
+        train_config(wildcards.study, wildcards.run),
+        max(1, train["gpu"]),
+        cost["margin"],
+        cost["max_runtime"],
+    )
+
+
 def ablation_summary(axis):
     return f"{RESULTS}/runs/ablation_{axis}/summary.json"
 

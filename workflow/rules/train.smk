@@ -20,7 +20,7 @@ rule train:
     resources:
         gpu=config["resources"]["train"]["gpu"],
         mem_mb=config["resources"]["train"]["mem_mb"],
-        runtime=config["resources"]["train"]["runtime"],
+        runtime=train_runtime,
     conda:
         "../envs/atlas.yaml"
     log:
@@ -38,7 +38,31 @@ rule pretrain:
         pretrain_targets(),
 
 
+# The cost table of every pretraining job (docs/costs.md): FLOPs and bytes per token counted on the meta device,
+# projected GPU-hours, and the runtimes that `resources.train.runtime: cost` requests. Counting needs no GPU.
+rule cost_table:
+    output:
+        table=COST_TABLE,
+        markdown=f"{RESULTS}/costs/train.md",
+    params:
+        atlas=ATLAS,
+        jobs=lambda wc: json.dumps(train_jobs(), sort_keys=True),
+        jobs_file=f"{RESULTS}/costs/train_jobs.json",
+        gpus=max(1, config["resources"]["train"]["gpu"]),
+        cost=config["resources"]["train"]["cost"],
+    log:
+        f"{RESULTS}/logs/cost_table.log",
+    conda:
+        "../envs/atlas.yaml"
+    shell:
+        "mkdir -p $(dirname {params.jobs_file}) && printf '%s' {params.jobs:q} > {params.jobs_file} && "
+        "{params.atlas} cost --jobs {params.jobs_file} --out {output.table} --markdown {output.markdown} "
+        "--gpus {params.gpus} --mfu {params.cost[mfu]} --peak-tflops {params.cost[peak_tflops]} "
+        "--hbm-tbps {params.cost[hbm_tbps]} --margin {params.cost[margin]} > {log} 2>&1"
+
+
 localrules:
+    cost_table,
     ablation_parent,
     ablation_summary,
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from atlas_experiments import __version__
+from atlas_experiments.commands import cost as cost_commands
 from atlas_experiments.commands import data as data_commands
 from atlas_experiments.commands import eval as eval_commands
 from atlas_experiments.commands import report as report_commands
@@ -21,7 +22,15 @@ from atlas_experiments.commands import study as study_commands
 from atlas_experiments.commands import track as track_commands
 from atlas_experiments.commands import train as train_commands
 
-COMMAND_GROUPS = (data_commands, train_commands, eval_commands, track_commands, report_commands, study_commands)
+COMMAND_GROUPS = (
+    data_commands,
+    train_commands,
+    eval_commands,
+    track_commands,
+    report_commands,
+    study_commands,
+    cost_commands,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
