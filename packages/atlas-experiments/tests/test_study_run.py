@@ -13,9 +13,9 @@ from atlas_experiments.cli import main
 from atlas_experiments.study import pilot
 from atlas_experiments.study.claims import load_claims, parse_claims
 from atlas_experiments.study.execute import lm_train_config, run_job
-from atlas_experiments.study.plan import Job, arm_values, metric_key, plan_jobs
+from atlas_experiments.study.plan import Job, metric_key, plan_jobs
 from atlas_experiments.study.report import judge_all, render
-from atlas_experiments.study.results import ResultError, config_hash, finalize, partial_path
+from atlas_experiments.study.results import ResultError, arm_values, config_hash, finalize, partial_path
 from atlas_experiments.study.results import load as load_result
 
 ROOT = Path(__file__).resolve().parents[3]

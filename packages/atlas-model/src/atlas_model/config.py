@@ -26,6 +26,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from atlas_kernels import MemoryConfig, MemoryConfigError
+from atlas_model.errors import AtlasConfigError
 
 MIXERS = ("memory", "attention", "swa", "mag", "mal", "mac")
 MEMORY_MIXERS = ("memory", "mag", "mal", "mac")
@@ -37,10 +38,6 @@ MEMORY_BACKENDS = ("auto", "torch", "compiled", "triton")
 # values, so eta is its spectral step size (Muon's usual lr); gd / momentum keep the delta rule's beta = 0.5.
 MUON_ETA_INIT = 0.02
 DELTA_ETA_INIT = 0.5
-
-
-class AtlasConfigError(ValueError):
-    """An invalid model setting; the message starts with the offending field."""
 
 
 def _default_memory() -> dict[str, Any]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from atlas_model.config import AtlasConfigError
+from atlas_model.errors import AtlasConfigError
 
 
 @dataclass(frozen=True)

@@ -128,32 +128,3 @@ def metric_key(claim: Claim, protocol: Protocol, arm: Arm) -> str:
         layers, expansion = (int(v) for v in str(arm.select["memory"]).split("x"))
         return f"{claim.metric.name}/{memory_label(layers, expansion)}/{setting_label(arm.select['setting'])}"
     raise ValueError(f"{claim.id}: no job runs task {protocol.task!r}")
-
-
-def arm_values(claim: Claim, registry: Registry, root: str | Path) -> tuple[dict[str, dict[int, float]], list[str]]:
-    """{arm: {seed: metric value}} of a claim from its jobs' results, and the jobs whose results are missing (or
-    refused: `study.results.load`)."""
-    from atlas_experiments.study.results import ResultError, load
-
-    protocol = registry.protocol_of(claim)
-    values: dict[str, dict[int, float]] = {}
-    missing = []
-    for arm in claim.arms:
-        for seed in protocol.seeds:
-            job = Job(protocol, None if arm.select else arm, seed)
-            try:
-                data = load(job, root)
-            except FileNotFoundError:
-                missing.append(job.name)
-                continue
-            except ResultError as exc:  # never judged: listed with its path and why
-                missing.append(f"{job.name} (refused: {exc})")
-                continue
-            if "skipped" in data:
-                missing.append(f"{job.name} ({data['skipped']})")
-                continue
-            metrics = data["metrics"]
-            key = metric_key(claim, protocol, arm)
-            # a diverged run leaves its metric out of the results: NaN, which the rule treats as a failed seed
-            values.setdefault(arm.name, {})[seed] = float(metrics.get(key, float("nan")))
-    return values, missing

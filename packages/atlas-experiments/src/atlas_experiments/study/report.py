@@ -17,7 +17,8 @@ from typing import Any
 from atlas_experiments.reporting.markdown import fmt, table
 from atlas_experiments.study.claims import Claim, Registry
 from atlas_experiments.study.decision import DecisionError, judge_claim
-from atlas_experiments.study.plan import arm_values, planned_claims, progress
+from atlas_experiments.study.plan import planned_claims, progress
+from atlas_experiments.study.results import arm_values
 from atlas_experiments.study.stability import claim_stability, label
 
 FIGURE = "verdicts.png"

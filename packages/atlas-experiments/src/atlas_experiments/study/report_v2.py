@@ -17,7 +17,8 @@ from atlas_experiments.reporting.markdown import fmt, table
 from atlas_experiments.study import gates, rule_v2
 from atlas_experiments.study.claims import Claim, Protocol, Registry
 from atlas_experiments.study.decision import DecisionError
-from atlas_experiments.study.plan import arm_values, planned_claims, progress
+from atlas_experiments.study.plan import planned_claims, progress
+from atlas_experiments.study.results import arm_values
 
 
 def record_values(record: Mapping[str, Any]) -> dict[str, dict[int, float]]:

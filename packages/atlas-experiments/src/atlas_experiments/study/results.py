@@ -21,7 +21,8 @@ from typing import Any
 
 from atlas_experiments._io import write_json_atomic
 from atlas_experiments.study._fields import thaw
-from atlas_experiments.study.plan import Job
+from atlas_experiments.study.claims import Claim, Registry
+from atlas_experiments.study.plan import Job, metric_key
 
 PARTIAL_SUFFIX = ".partial.json"
 
@@ -103,3 +104,30 @@ def finished(job: Job, root: str | Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def arm_values(claim: Claim, registry: Registry, root: str | Path) -> tuple[dict[str, dict[int, float]], list[str]]:
+    """{arm: {seed: metric value}} of a claim from its jobs' results, and the jobs whose results are missing (or
+    refused: `study.results.load`)."""
+    protocol = registry.protocol_of(claim)
+    values: dict[str, dict[int, float]] = {}
+    missing = []
+    for arm in claim.arms:
+        for seed in protocol.seeds:
+            job = Job(protocol, None if arm.select else arm, seed)
+            try:
+                data = load(job, root)
+            except FileNotFoundError:
+                missing.append(job.name)
+                continue
+            except ResultError as exc:  # never judged: listed with its path and why
+                missing.append(f"{job.name} (refused: {exc})")
+                continue
+            if "skipped" in data:
+                missing.append(f"{job.name} ({data['skipped']})")
+                continue
+            metrics = data["metrics"]
+            key = metric_key(claim, protocol, arm)
+            # a diverged run leaves its metric out of the results: NaN, which the rule treats as a failed seed
+            values.setdefault(arm.name, {})[seed] = float(metrics.get(key, float("nan")))
+    return values, missing
