@@ -92,114 +92,74 @@ class MemoryConfigError(ValueError):
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    """Settings of the memory op. Every field the paper leaves open has a documented default (docs/deviations.md).
+    """Settings of the memory op. Every field the paper leaves open has a documented default (docs/deviations.md);
+    the measurements behind the defaults live in the docs each field cites.
 
     Attributes:
         memory: memory architecture, "linear" | "mlp" | "gated_mlp".
         expansion: hidden width of the MLP memories as a multiple of the value head dim (paper: 4).
         activation: inner nonlinearity s of the MLP memories, "gelu" (paper, App. E) | "silu".
-        memory_norm: LayerNorm on the MLP residual branch, x + LN(W1 s(W2 x)) (Miras / App. E);
-            not applicable to (and ignored for) linear memory.
-        residual: residual connection r(x) = x of the MLP memories (needs key dim == value dim);
-            ignored for linear memory, which has no branch.
+        memory_norm: LayerNorm on the MLP residual branch, x + LN(W1 s(W2 x)) (Miras / App. E); ignored for linear
+            memory.
+        residual: residual connection r(x) = x of the MLP memories (needs key dim == value dim); ignored for linear
+            memory.
         bias: attentional bias, "l2" (Omega / delta rule) | "dot" (Hebbian).
         window: Omega window c >= 1 (1 = online rule), or "global" (every past token stays in the objective).
-        gamma: how the window gates are given. "token" (default): one gate gamma_i per token, gates["gamma"]
-            [B, T, H]; step t weights window position i by gamma_i (the separable form gamma_i^(t) = gamma_i of
-            Eqs. 8-9, the eta_t factor being the step's learning rate). "window": the general form of Eqs. 8-9,
-            every token t carries c gates, gates["gamma"] [B, T, H, c], entry j (j = 0..c-1) weighting the
-            window position t - j of step t's objective (j = 0: token t itself, j = c - 1: the oldest).
-            Positions before the sequence start are absent whatever their gate. "token" is the special case
-            gates_window[t, j] = gamma_{t-j}. Not defined for window="global" (no fixed width c).
+        gamma: how the window gates are given (docs/memory-op.md). "token" (default): one gate per token,
+            gates["gamma"] [B, T, H], the separable form gamma_i^(t) = gamma_i of Eqs. 8-9. "window": the general
+            form, gates["gamma"] [B, T, H, c], entry j weighting window position t - j of step t's objective.
+            Not defined for window="global".
         optimizer: inner optimizer, "gd" | "momentum" | "muon".
         ns_steps: Newton-Schulz steps k of Muon (paper: 5).
         ns_coeffs: quintic Newton-Schulz coefficients (a, b, c).
         ns_eps: added to the Frobenius norm before Newton-Schulz pre-normalisation.
-        ns_form: how Muon computes NS_k(S) of an r x n momentum (r <= n after transposing), the same map every
-            way (equal up to rounding). "lowrank" (default): in the chunk op no token's momentum or weights are
-            formed; the Gram matrices come from the chunk's low-rank factors (docs/muon.md "Muon without
-            per-token matrices"). "gram": per-token momenta, the steps on the r x r Gram matrix
-            (`newton_schulz_gram`). "materialise": per-token momenta, every step on the r x n iterate (the
-            Triton sub-op where it applies). "auto": the chunk op takes "materialise" on a CPU when every weight
-            Muon updates has fewer than `muon_lowrank.FACTORED_MIN_WEIGHT` (4096) entries, where its few large
-            products beat the factored path's many small ones (measured 1.4-1.9x at memory head dim 8), and
-            "lowrank" otherwise; the token oracles treat it as "materialise" (docs/muon.md, "Choosing the form").
-            The atlas-model Muon presets use "auto".
+        ns_form: how Muon computes NS_k(S) of each token's momentum, the same map every way (docs/muon.md).
+            "lowrank" (default): the factored path, no per-token momentum or weights formed. "gram": per-token
+            momenta, the steps on the r x r Gram matrix. "materialise": per-token momenta, every step on the
+            r x n iterate. "auto": "gram" on a CPU when every weight Muon updates has fewer than
+            `muon_lowrank.FACTORED_MIN_WEIGHT` entries, "lowrank" otherwise ("Choosing the form"); the token
+            oracles treat it as "materialise". The atlas-model Muon presets use "auto".
         muon_polynomial: "token" (default, Muon): every token's momentum gets its own Newton-Schulz polynomial.
-            "chunk": an APPROXIMATION of Muon, not the paper's optimizer: one polynomial per chunk, taken from
-            the momentum of the chunk's first token and applied to every token's normalised momentum of the chunk
-            (exact at chunk_size 1, causal; the update is linear in the momenta, so the dual form applies).
-            docs/muon.md "Approximate Muon: one polynomial per chunk".
-        muon_float64: the chunk op's factored Muon ("lowrank" and muon_polynomial="chunk") builds its Gram matrices
-            and Newton-Schulz polynomials and applies them in float64 whatever the op's compute dtype (default
-            True): computed in float32 they square the momenta's condition number, which left the float32 error
-            against a float64 reference 9-55x the materialising path's at small heads; in float64 it is at most
-            1.8x (docs/muon.md, "Precision of the factored path"). False computes in the op's dtype, 1.8-2x
-            faster on a CPU. No effect on the other paths or without Muon.
-        ns_eval: how the factored Muon path evaluates each token's r x r Newton-Schulz polynomial, the same map
-            every way (equal up to rounding). "matmul" (default): the k steps as r x r products. "eigh": one
-            symmetric eigendecomposition of the Gram matrix, the k steps on its eigenvalues and a closed-form
-            backward (docs/muon.md, "Evaluating the polynomial on the eigenvalues"); on a CPU it made the float64
-            update about 1.8x faster at head dim 32 with degree-2 features. "auto": "eigh" where the polynomial
-            is computed in float64 on a CPU, "matmul" otherwise (batched eigh is slow on GPUs, and in float32
-            rounding of the small eigenvalues is amplified by Newton-Schulz's steep polynomial near 0); the
-            atlas-model Muon presets use it (faster at every measured CPU shape, 1.05-2.0x). The default stays
-            "matmul": eigh rounds the gradients of rank-deficient momenta differently (up to 1.7e-10 against
-            the float64 oracles' 1e-10 bound at eta 0.5). "eigh" only on the factored path (ns_form "lowrank" or
-            "auto", or muon_polynomial="chunk"); "matmul" and "auto" are accepted everywhere.
+            "chunk": an APPROXIMATION of Muon, not the paper's optimizer: one polynomial per chunk, that of the
+            chunk's first momentum (docs/muon.md, "Approximate Muon: one polynomial per chunk").
+        muon_float64: the factored Muon path builds and applies its Gram matrices and polynomials in float64
+            whatever the compute dtype (default True; docs/muon.md, "Precision of the factored path"). False
+            computes in the op's dtype, faster on a CPU. No effect on the other paths or without Muon.
+        ns_eval: how the factored path evaluates each token's r x r polynomial, the same map every way.
+            "matmul" (default): k r x r products. "eigh": on the eigenvalues of the Gram matrix, with a closed-form
+            backward. "auto": "eigh" where the polynomial is computed in float64 on a CPU, "matmul" otherwise; the
+            atlas-model Muon presets use it (docs/muon.md, "Evaluating the polynomial on the eigenvalues"). "eigh"
+            only on the factored path.
         feature_map: phi on keys and queries, "identity" | "poly" | "exp" (the phi* kernel, dual form).
         poly_degree: degree p of the polynomial map (symmetric monomials, dimension C(d + p, p)).
-        exp_init_keys: number P of learned keys that span the initial first-layer weight of the exp
-            memories, W_0 phi*(x) = sum_p w_p exp(m_p . x); 0 means W_0 = 0 on that layer.
+        exp_init_keys: number P of learned keys that span the initial first-layer weight of the exp memories,
+            W_0 phi*(x) = sum_p w_p exp(m_p . x); 0 means W_0 = 0 on that layer.
         exp_temperature: the exp kernel exp(tau q.k) of unit-norm q, k. "fixed" (default, the paper's form):
-            tau = 1, logits in [-1, 1], so the best and the worst key differ in weight by at most e^2.
-            "learned": a per-head temperature tau > 0, params["feature_coeffs"] [H, 1] (the one coefficient of
-            phi*_tau, whose Taylor coefficients are tau^i / i!), initialised at sqrt(Dk) by `init_memory_params`:
-            the logit sqrt(Dk) cos(q, k) of scaled dot-product attention on RMS-normalised q, k (QK-norm).
-            The default stays "fixed" because the check made for the change failed: DeepTransformer on MQAR
-            (16x2, vocab 32, 300 steps, seeds 0-2) scored 0.922 / 0.861 / 0.842 with tau = 1 and
-            0.875 / 0.830 / 0.828 with the learned tau, lower on every seed (docs/features.md).
-        exp_taylor_degree: truncation degree of phi* in the *naive* oracle only (explicit Taylor features;
-            the truncation error is below 1/(n+1)! for l2-normalised inputs; with a temperature tau > 1 the
-            oracle raises the degree until tau^(n+1) / (n+1)! is below that bound).
+            tau = 1. "learned": a per-head tau > 0, params["feature_coeffs"] [H, 1], initialised at sqrt(Dk)
+            (docs/features.md; why the default stays "fixed": docs/deviations.md).
+        exp_taylor_degree: truncation degree of phi* in the naive oracle only (raised with tau > 1 until the
+            truncation error stays below 1/(n+1)!).
         decay_first: gated-delta ordering, W_t = alpha_t W_{t-1} - eta_t grad L_t(alpha_t W_{t-1})
-            (flash-linear-attention's gated delta rule). Defined for linear memory only.
-        exact_delta: compute the exact token recurrence chunkwise (WY/UT form, as flash-linear-attention's
-            chunk_delta_rule) instead of the chunk-start approximation. Defined for the online delta rule only:
-            memory=linear, bias=l2, window=1, optimizer=gd, feature_map identity or poly.
-        decay_target: what the retention gate alpha decays the inner weights toward. "zero" (the paper,
-            Eqs. 32-33; default): W_t = alpha_t W_{t-1} - (update). "init": toward the learned initial weights
-            W_0 of `params` ("W", or "W1", "W2"[, "W3"]), W_t = W_0 + alpha_t (W_{t-1} - W_0) - (update); the
-            momentum S_t is not decayed by alpha either way, and LayerNorm / feature parameters are not weights.
-            A departure from the paper, kept as an option: with alpha < 1 the MLP + LayerNorm memory's weights
-            shrink toward 0 under "zero", the LayerNorm's scale invariance makes the effective step
-            eta / ||W||^2 grow until the inner dynamics are chaotic, and outer gradients grow exponentially in T
-            (gd, eta 0.02, alpha 0.98, c = b = 1, d(loss)/dk: 0.11 at T = 64, 90 at T = 256, 3e18 at T = 1024,
-            the token oracle too); "init" keeps ||W|| near its initial value and the gradient bounded (0.11,
-            0.05, 0.03). With decay_first the gradient is taken at the decayed weights W_0 + A (W - W_0);
-            exact_delta is exact with either target. Rejected for feature_map="exp" with exp_init_keys > 0
-            (the first layer's W_0 lives in dual form); with exp_init_keys = 0 that layer's W_0 is 0 and only
-            the explicit layers (W1 of the MLP memories) decay toward their W_0. alpha = 1 makes both equal.
-        norm_placement: where the memory LayerNorm g of `memory_norm` acts (MLP memories). "inner" (default):
-            in the memory itself, f(x) = x + LN(W1 s(W2 x)), both in the inner objective and its gradients and in
-            the retrieval. "readout": the inner loop trains f_inner(x) = x + W1 s(W2 x) (the formula App. E
-            prints next to "layer norm at the end of each chunk") and only the retrieval is normalised,
-            y_t = q_t + LN(W1_t s(W2_t q_t)) with the same affine parameters. A departure from the Miras form,
-            kept as an option: the inner recurrence then has no scale invariance, so its effective step does
-            not grow as alpha < 1 shrinks the weights (benchmarks/grad_growth.md). No effect without
-            `memory_norm` or for linear memory.
+            (flash-linear-attention's gated delta rule). Linear memory only.
+        exact_delta: the exact token recurrence computed chunkwise (WY/UT form) instead of the chunk-start
+            approximation. The online delta rule only: linear memory, l2 bias, window 1, gd, identity or poly
+            features.
+        decay_target: what alpha decays the inner weights toward. "zero" (the paper; default):
+            W_t = alpha_t W_{t-1} - (update). "init": toward the learned W_0 of `params`,
+            W_t = W_0 + alpha_t (W_{t-1} - W_0) - (update), a departure kept as an option because under "zero"
+            the MLP + LayerNorm memory's outer gradients grow exponentially in T (docs/deviations.md,
+            docs/memory-op.md). Rejected for exp features with exp_init_keys > 0 (that W_0 lives in dual form).
+        norm_placement: where the memory LayerNorm acts (MLP memories). "inner" (default): in the memory,
+            f(x) = x + LN(W1 s(W2 x)). "readout": the inner loop trains x + W1 s(W2 x) and only the retrieval is
+            normalised (benchmarks/grad_growth.md). No effect without `memory_norm` or for linear memory.
         chunk_size: chunk size b of the chunkwise-parallel op (Miras/TNT use 16 or 64).
-        checkpoint_group: G >= 1. When the torch chunk op checkpoints (Muon under autograd by default), G = 1
-            keeps every chunk-boundary state for the backward; G > 1 keeps every G-th and recomputes the others
-            group by group (G - 1 more chunk forwards per G chunks; about sqrt(T / b) is the memory optimum). Changes
-            no value (docs/chunkwise.md, "Checkpointing"); the Triton kernels ignore it.
-        checkpoint_min_mib: the size from which Muon checkpoints by default: the torch chunk op recomputes its
-            chunks in the backward when a gradient will be taken and one copy of the state per token of the call
-            (T x the bytes of weights, momenta and window) would exceed this many MiB; below it autograd keeps the
-            chunks' intermediates, which is faster and gives bit-for-bit the same values and gradients. 0
-            checkpoints whenever a gradient will be taken. An explicit `checkpoint=` argument of the op wins.
-        gate_eps: alpha and theta are clamped to at least this value before the log of the cumulative
-            products of the chunk op (a product of gates below it is treated as zero).
+        checkpoint_group: G >= 1 chunks per checkpoint group when the torch chunk op checkpoints: G > 1 keeps
+            every G-th chunk-boundary state and recomputes the others (docs/chunkwise.md, "Checkpointing"). Changes
+            no value; the Triton kernels ignore it.
+        checkpoint_min_mib: Muon checkpoints by default when a gradient will be taken and one copy of the state
+            per token of the call would exceed this many MiB (0: always). Changes no value; an explicit
+            `checkpoint=` argument of the op wins (docs/muon.md, "Chunk checkpointing").
+        gate_eps: alpha and theta are clamped to at least this value before the log of the cumulative products.
         norm_eps: epsilon of the memory LayerNorm.
     """
 
