@@ -64,7 +64,7 @@ class Size:
     chunk_size: int
 
 
-# ns_form / ns_eval "auto": on a CPU the materialising Muon path for small memories and the eigenvalue evaluation
+# ns_form / ns_eval "auto": on a CPU the per-token Gram form of Muon for small memories and the eigenvalue evaluation
 # of the factored path's polynomial for large ones, the factored path with matmul polynomials elsewhere; the same
 # map every way (atlas_kernels.MemoryConfig, docs/muon.md "Choosing the form").
 _ATLAS = {
