@@ -164,12 +164,10 @@ def test_the_circle_finder_finds_circles_and_ignores_type_checking_imports():
     assert [n.names[0].name for n in _runtime_imports(tree)][1:] == ["y", "z"]
 
 
-# The import circles left, each to be cut by the redesign (the issue "One way to define an experiment"): the
-# tracking package re-exports `tracking.parents`, which imports the package (the implementation should leave
-# __init__); the study runs `atlas eval` by calling `cli.main` in-process (the study should call the task runners).
+# The import circle left, to be cut by the redesign (the issue "One way to define an experiment"): the study runs
+# `atlas eval` by calling `cli.main` in-process (the study should call the task runners).
 KNOWN_CIRCLES = [
     ["atlas_experiments.cli", "atlas_experiments.commands.study", "atlas_experiments.study.execute"],
-    ["atlas_experiments.tracking", "atlas_experiments.tracking.parents"],
 ]
 
 

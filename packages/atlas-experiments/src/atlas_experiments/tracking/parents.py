@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from atlas_experiments._io import write_json_atomic
-from atlas_experiments.tracking import (
+from atlas_experiments.tracking.store import (
     PARENT_TAG,
     ROLE_TAG,
     MlflowTracker,
