@@ -48,6 +48,9 @@ rule cost_table:
         atlas=ATLAS,
         jobs=lambda wc: json.dumps(train_jobs(), sort_keys=True),
         jobs_file=f"{RESULTS}/costs/train_jobs.json",
+        # not an output, so it survives a rerun (snakemake removes a job's outputs first): rows whose key still
+        # matches are reused and only changed jobs are counted again
+        counted=f"{RESULTS}/costs/counted.json",
         gpus=max(1, config["resources"]["train"]["gpu"]),
         cost=config["resources"]["train"]["cost"],
     log:
@@ -56,9 +59,10 @@ rule cost_table:
         "../envs/atlas.yaml"
     shell:
         "mkdir -p $(dirname {params.jobs_file}) && printf '%s' {params.jobs:q} > {params.jobs_file} && "
-        "{params.atlas} cost --jobs {params.jobs_file} --out {output.table} --markdown {output.markdown} "
+        "{params.atlas} cost --jobs {params.jobs_file} --out {params.counted} --markdown {output.markdown} "
         "--gpus {params.gpus} --mfu {params.cost[mfu]} --peak-tflops {params.cost[peak_tflops]} "
-        "--hbm-tbps {params.cost[hbm_tbps]} --margin {params.cost[margin]} > {log} 2>&1"
+        "--hbm-tbps {params.cost[hbm_tbps]} --margin {params.cost[margin]} > {log} 2>&1 && "
+        "cp {params.counted} {output.table}"
 
 
 localrules:
