@@ -85,10 +85,10 @@ def main(argv=None) -> None:
     rate = _gemm_rate()
     rows = []
     for preset in args.presets:
-        count = count_step(AtlasConfig.from_preset(preset, "tiny"), args.seq_len, batch=args.batch, device="cpu")
-        layers = AtlasConfig.from_preset(preset, "tiny").num_hidden_layers
+        config = AtlasConfig.from_preset(preset, "tiny")
+        count = count_step(config, args.seq_len, batch=args.batch, device="cpu")
         total = count.rest
-        total.add(count.layer.scaled(layers))
+        total.add(count.layer.scaled(config.num_hidden_layers))
         seconds = _step_time(preset, args.batch, args.seq_len, args.rounds)
         flops, tokens = total.flops, args.batch * args.seq_len
         megabytes = total.bytes_unfused / tokens / 1e6

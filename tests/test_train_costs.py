@@ -12,9 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow" / "lib"))
 
-from train_costs import HINT, MIN_MINUTES, CostTableError, requested_runtime  # noqa: E402
+from train_costs import HINT, CostTableError, requested_runtime  # noqa: E402
 
 from atlas_experiments.cost import GpuAssumptions, JobSpec, cost_jobs, read_table  # noqa: E402
+from atlas_experiments.cost.projection import MIN_RUNTIME_MINUTES as MIN_MINUTES  # noqa: E402
 
 CONFIG = {"model": {"preset": "omeganet", "size": "tiny"}, "data": {"path": "x", "seq_len": 16}, "tokens": 10**13}
 

@@ -10,11 +10,8 @@ Plain Python, no snakemake: the workflow imports it at DAG build and the tests i
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
-
-MIN_MINUTES = 10
 
 
 class CostTableError(ValueError):
@@ -35,7 +32,7 @@ def requested_runtime(
     """Minutes to request for job `name` (its resolved TrainConfig mapping) on `gpus` GPUs, at most
     `max_minutes` (a partition's time limit: a job cut there resumes from its last checkpoint when Snakemake
     retries it or runs again, since the train rule passes `--resume auto`)."""
-    from atlas_experiments.cost import JobSpec, read_table
+    from atlas_experiments.cost import JobSpec, read_table, runtime_minutes
 
     table = Path(table)
     hint = HINT
@@ -49,6 +46,5 @@ def requested_runtime(
         raise CostTableError(
             f"{table}: the row of job {name!r} is stale (its model, context or token budget changed): {hint}"
         )
-    hours = rows[name]["gpu_hours"] / max(1, gpus)
-    minutes = max(MIN_MINUTES, math.ceil(hours * 60 * margin))
+    minutes = runtime_minutes(rows[name]["gpu_hours"], gpus, margin)
     return minutes if max_minutes is None else min(minutes, max_minutes)

@@ -11,14 +11,13 @@ changed.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cost", help="FLOPs and bytes per token of training jobs, projected GPU-hours and runtimes")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--config", help="one TrainConfig JSON (as `atlas train --config`)")
+    src.add_argument("--config", help="one TrainConfig file, YAML or JSON (as `atlas train --config`)")
     src.add_argument("--jobs", help="JSON mapping job name -> TrainConfig mapping")
     p.add_argument("--out", help="cost table (JSON) to write; rows with a matching key are reused")
     p.add_argument("--markdown", help="also write the table as markdown")
@@ -30,29 +29,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def _read_json(path: str) -> dict:
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not JSON ({err})") from err
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return data
-
-
 def run(args: argparse.Namespace) -> int:
+    from atlas_experiments.configio import load_mapping
     from atlas_experiments.cost import GpuAssumptions, JobSpec, cost_jobs, markdown, project
 
     if args.gpus < 1:
         raise ValueError(f"--gpus: must be >= 1, got {args.gpus}")
     assumptions = GpuAssumptions(args.peak_tflops, args.mfu, args.hbm_tbps, args.margin)
     if args.config:
-        jobs = [JobSpec.from_train_config(Path(args.config).stem, _read_json(args.config))]
+        jobs = [JobSpec.from_train_config(Path(args.config).stem, load_mapping(args.config))]
     else:
-        mapping = _read_json(args.jobs)
+        mapping = load_mapping(args.jobs)
         jobs = []
         for name, data in mapping.items():
             if not isinstance(data, dict):

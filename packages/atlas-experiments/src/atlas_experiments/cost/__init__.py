@@ -2,7 +2,7 @@
 projected GPU-hours and Slurm runtimes of a set of jobs (docs/costs.md)."""
 
 from atlas_experiments.cost.count import StepCount, Tally, count_step
-from atlas_experiments.cost.projection import GpuAssumptions, JobCost, JobSpec, project
+from atlas_experiments.cost.projection import GpuAssumptions, JobCost, JobSpec, project, runtime_minutes
 from atlas_experiments.cost.table import cost_jobs, markdown, read_table, write_costs
 
 __all__ = [
@@ -16,5 +16,6 @@ __all__ = [
     "markdown",
     "project",
     "read_table",
+    "runtime_minutes",
     "write_costs",
 ]

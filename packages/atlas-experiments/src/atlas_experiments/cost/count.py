@@ -71,7 +71,6 @@ class _Counter(TorchDispatchMode):
         self.tracker = tracker
         self.layer = Tally()
         self.rest = Tally()
-
         self._paused = False
 
     @contextlib.contextmanager
@@ -124,7 +123,7 @@ class _FusedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, counter, q, k, v, causal):
-        ctx.counter, ctx.causal = counter, causal
+        ctx.counter = counter
         ctx.shapes = (q, k, v)
         out_shape = (*q.shape[:-1], v.shape[-1])
         flops = 2 * q.shape[:-1].numel() * k.shape[-2] * (q.shape[-1] + v.shape[-1]) * (0.5 if causal else 1.0)

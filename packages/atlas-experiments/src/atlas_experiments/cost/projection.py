@@ -18,6 +18,13 @@ from typing import Any
 
 from atlas_experiments.cost.count import StepCount, Tally, count_step
 
+MIN_RUNTIME_MINUTES = 10
+
+
+def runtime_minutes(gpu_hours: float, gpus: int, margin: float) -> int:
+    """The Slurm runtime a job of `gpu_hours` requests on `gpus` GPUs: wall time x margin, at least 10 minutes."""
+    return max(MIN_RUNTIME_MINUTES, math.ceil(gpu_hours / max(1, gpus) * 60 * margin))
+
 
 @dataclass(frozen=True)
 class GpuAssumptions:
@@ -98,8 +105,8 @@ class JobCost:
         return self.gpu_hours / max(1, gpus)
 
     def runtime_minutes(self, gpus: int, assumptions: GpuAssumptions) -> int:
-        """The Slurm runtime a job of this cost requests on `gpus` GPUs (margin included, at least 10 min)."""
-        return max(10, math.ceil(self.wall_hours(gpus) * 60 * assumptions.margin))
+        """The Slurm runtime a job of this cost requests on `gpus` GPUs (`runtime_minutes`)."""
+        return runtime_minutes(self.gpu_hours, gpus, assumptions.margin)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -45,7 +45,7 @@ def cost_jobs(
     for job in tqdm(jobs, desc="cost", unit="job", disable=not progress):
         key = job.key()
         if key in counted:
-            cost = _renamed(counted[key], job)
+            cost = dataclasses.replace(counted[key], job=job)
         elif key in previous:
             cost = _from_row(previous[key], job, assumptions)
         else:
@@ -55,10 +55,6 @@ def cost_jobs(
         done.append(cost)
         write_costs(done, assumptions, gpus, out)
     return done
-
-
-def _renamed(cost: JobCost, job: JobSpec) -> JobCost:
-    return dataclasses.replace(cost, job=job)
 
 
 def _from_row(row: dict[str, Any], job: JobSpec, assumptions: GpuAssumptions) -> JobCost:
