@@ -162,7 +162,7 @@ def test_a_bad_override_key_fails_the_dag_build_naming_file_row_and_key(tmp_path
         # a value the memory op refuses, in a table row: named by file, row, run and the package's own message
         ("table", "{table}, row 2 (line 3) (run window~0): train.model (atlas, tiny): memory: window"),
         # an option `atlas eval niah` does not have
-        ("niah", "config evaluation.niah: atlas eval niah: unknown option --samplez (key 'samplez')"),
+        ("niah", "config evaluation.niah: atlas eval niah: not an option of `atlas eval niah`: 'samplez'"),
         # a model override that is no AtlasConfig field
         ("model", "config models.atlas: train.model.overrides.memory.windw: not a MemoryConfig field"),
     ],

@@ -155,13 +155,11 @@ EVAL_COMMANDS = {"ppl": "ppl", "lm_eval": "lm-eval", "niah": "niah", "babilong":
 
 def eval_args(task, section="evaluation"):
     """config[section][task] (a mapping of CLI options) -> '--lengths 64,128 --samples 4 ...'."""
-    opts = config[section].get(task, {})
-    parts = []
-    for key, value in opts.items():
-        flag = f"--{key.replace('_', '-')}"
-        value = ",".join(map(str, value)) if isinstance(value, list) else value
-        parts.append(flag if value is True else f"{flag} {value}")
-    return " ".join(parts)
+    import shlex
+
+    from atlas_experiments.commands.options import option_argv
+
+    return shlex.join(option_argv(config[section].get(task, {})))
 
 
 def eval_targets():
@@ -232,10 +230,11 @@ def _validate_config():
         runs += [(f"{cells.where[run]} (run {run})", train_config(f"ablation_{axis}", run)) for run in cells]
     check_train_configs(runs)
     for task in config["evaluation"]["tasks"]:
-        check_command_options(["eval", EVAL_COMMANDS[task]], eval_args(task), f"config evaluation.{task}")
+        options = config["evaluation"].get(task, {})
+        check_command_options(["eval", EVAL_COMMANDS[task]], options, f"config evaluation.{task}")
     synthetic = config.get("synthetic", {})
     for task in synthetic.get("tasks", []):
-        check_command_options(["eval", task], eval_args(task, section="synthetic"), f"config synthetic.{task}")
+        check_command_options(["eval", task], synthetic.get(task, {}), f"config synthetic.{task}")
     check_presets(synthetic.get("models", []), "config synthetic.models")
 
 

@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from atlas_experiments.cli import main
+from atlas_experiments.commands.eval import task_parser
+from atlas_experiments.commands.options import options_namespace
 from atlas_experiments.study import pilot
 from atlas_experiments.study.claims import load_claims, parse_claims
 from atlas_experiments.study.execute import lm_train_config, run_job
@@ -86,14 +88,15 @@ def test_the_registered_plan_at_cpu_scale():
     assert "mqar_cpu/atlas/seed10" in names and "learnability_cpu/all/seed14" in names
     assert not any(n.startswith("lm_gpu") for n in names)  # the GPU panel's, not the CPU plan's
     job = next(j for j in jobs if j.name == "mqar_fig7_cpu/gated_deltanet/seed11")
-    argv = job.argv("r")
-    assert argv[:4] == ["eval", "mqar", "--models", "r/arms/gated_deltanet.json"]
-    assert argv[argv.index("--match-memory") + 1] == "atlas" and argv[-4:] == [
-        "--seed",
-        "11",
-        "--out",
-        str(job.result("r")),
-    ]
+    options = job.options("r")
+    assert options["models"] == "r/arms/gated_deltanet.json" and options["match_memory"] == "atlas"
+    assert (options["seed"], options["out"]) == (11, str(job.result("r")))
+    argv = job.argv("r")  # the same job as a command line, to rerun by hand
+    assert argv[:2] == ["eval", "mqar"] and argv[argv.index("--models") + 1] == "r/arms/gated_deltanet.json"
+    assert argv[-4:] == ["--seed", "11", "--out", str(job.result("r"))]
+    # the in-process run takes the same options, checked and typed by the command's own parser
+    args = options_namespace(task_parser("mqar"), options, where="job")
+    assert (args.width, args.steps, args.seed, args.handler.__name__) == ("64", 400, 11, "run_mqar_command")
 
 
 def test_metric_keys_are_where_the_commands_write_them():

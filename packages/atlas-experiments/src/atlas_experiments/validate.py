@@ -7,8 +7,8 @@ Plain mappings in, `ConfigError` out; nothing here imports snakemake (the workfl
 from __future__ import annotations
 
 import argparse
-import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from atlas_experiments.schema import ConfigError
 
@@ -25,25 +25,22 @@ def check_train_configs(runs: Iterable[tuple[str, dict]]) -> None:
             raise ConfigError(f"{where}: {err}") from err
 
 
-def check_command_options(command: Sequence[str], options: str, where: str) -> None:
-    """`atlas <command...> <options>` parses: every option is one the command has and its value has the
-    option's type (required arguments that the rule adds itself, such as --out, are not asked for)."""
+def check_command_options(command: Sequence[str], options: Mapping[str, Any], where: str) -> None:
+    """`atlas <command...>` takes `options` (a config section's mapping): every key is one of the command's
+    options and its value has the option's type and choices (commands.options, the rule the in-process runs use;
+    required arguments that the rule adds itself, such as --out, are not asked for)."""
     from atlas_experiments.cli import build_parser
+    from atlas_experiments.commands.options import options_namespace
 
     parser = build_parser()
     for name in command:
         parser = _subparser(parser, name)
     for action in parser._actions:
         action.required = False
-
-    def fail(message: str) -> None:
-        raise ConfigError(f"{where}: atlas {' '.join(command)}: {message}")
-
-    parser.error = fail  # type: ignore[method-assign]  (argparse would exit the DAG build with its usage text)
-    _, extra = parser.parse_known_args(shlex.split(options))
-    if extra:
-        key = extra[0].lstrip("-").replace("-", "_")
-        fail(f"unknown option {extra[0]} (key {key!r})")
+    try:
+        options_namespace(parser, options, where=f"{where}: atlas {' '.join(command)}")
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:

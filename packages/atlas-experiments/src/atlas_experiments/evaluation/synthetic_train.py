@@ -254,8 +254,10 @@ def comparison_result(
 # ------------------------------------------------------------------------------------------------ CLI plumbing
 
 
-def parse_list(text: str | None, kind: type = int, name: str = "list") -> list[Any]:
-    """'1,2,3' -> [1, 2, 3] (ValueError naming the option on a bad item)."""
+def parse_list(text: str | Sequence[Any] | None, kind: type = int, name: str = "list") -> list[Any]:
+    """'1,2,3' (or [1, 2, 3], from a config file) -> [1, 2, 3] (ValueError naming the option on a bad item)."""
+    if isinstance(text, list | tuple):
+        text = ",".join(map(str, text))
     if text is None or str(text).strip() == "":
         return []
     try:

@@ -1,5 +1,6 @@
-"""Running one study job: `atlas eval mqar | learnability` for the synthetic protocols, `atlas train` for the
-language-model protocol (validation loss at a fixed token budget on a prepared corpus). Every job leaves a results
+"""Running one study job: `atlas eval mqar | learnability` for the synthetic protocols (in this process, from the
+job's options: commands.eval.run_task), `atlas train` for the language-model protocol (validation loss at a fixed
+token budget on a prepared corpus). Every job leaves a results
 JSON at `Job.result(root)` whose `metrics` hold the claim's metric under `study.plan.metric_key`.
 """
 
@@ -51,7 +52,7 @@ def run_job(
     """Run `job` (untracked; the caller tracks the result) and return its results JSON, complete with its
     provenance (`study.results`: written to a partial file first, moved into place at the end). `overrides` replace
     protocol options (the pilot's short runs)."""
-    from atlas_experiments.cli import main
+    from atlas_experiments.commands.eval import run_task
     from atlas_experiments.study.results import finalize, partial_path
 
     root = Path(root)
@@ -59,7 +60,8 @@ def run_job(
     partial = partial_path(job, root)
     if job.protocol.task != "lm":
         write_model_files([job], root)
-        code = main([*job.argv(root, overrides=overrides, out=partial), "--no-track", "--no-progress"])
+        options = {**job.options(root, overrides=overrides, out=partial), "no_track": True, "no_progress": True}
+        code = run_task(job.protocol.task, options, where=f"protocols.{job.protocol.name}.args (job {job.name})")
         if code:
             raise RuntimeError(f"study job {job.name}: `atlas eval {job.protocol.task}` exited with {code}")
         return finalize(job, root, time.perf_counter() - start)

@@ -1,9 +1,9 @@
 """The study's jobs: which (protocol, arm, seed) runs the registered claims need at a scale, the `atlas eval`
 command of each, and where its metric value sits in the result (docs/study.md, "Running the study").
 
-A job is one command of the product (`atlas eval mqar | learnability`), so the study measures exactly what a user
-runs; an arm that is a model (a preset plus overrides) becomes a model file for `--models`, an arm that selects a
-cell of a task (a learnability stream) shares its seed's run with the other cells.
+A job is one command of the product (`atlas eval mqar | learnability`, run in-process from its options), so the
+study measures exactly what a user runs; an arm that is a model (a preset plus overrides) becomes a model file for
+`--models`, an arm that selects a cell of a task (a learnability stream) shares its seed's run with the other cells.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from atlas_experiments.study._fields import thaw
 from atlas_experiments.study.claims import Arm, Claim, Protocol, Registry
 
 # the tasks a job can run (`lm`: pretraining on a prepared corpus, the GPU panel's task; study/execute.py)
@@ -38,24 +39,23 @@ class Job:
     def model_file(self, root: str | Path) -> Path | None:
         return None if self.arm is None else Path(root) / "arms" / f"{self.arm.name}.json"
 
-    def argv(
+    def options(
         self, root: str | Path, *, overrides: Mapping[str, Any] | None = None, out: str | Path | None = None
-    ) -> list[str]:
-        """`atlas eval <task> ...` for this job, writing to `out` (default: the result path); `overrides` replace
-        protocol options (the pilot's short runs)."""
-        args = {**self.protocol.args, **(overrides or {})}
-        argv = ["eval", self.protocol.task]
+    ) -> dict[str, Any]:
+        """The options of `atlas eval <task>` for this job, writing to `out` (default: the result path);
+        `overrides` replace protocol options (the pilot's short runs)."""
+        options = {**thaw(self.protocol.args), **(overrides or {})}
         if self.arm is not None:
-            argv += ["--models", str(self.model_file(root))]
+            options["models"] = str(self.model_file(root))
             if self.protocol.size:
-                argv += ["--size", self.protocol.size]
-        for key, value in args.items():
-            flag = f"--{key.replace('_', '-')}"
-            if value is True:
-                argv.append(flag)
-            elif value is not False and value is not None:
-                argv += [flag, ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)]
-        return [*argv, "--seed", str(self.seed), "--out", str(out or self.result(root))]
+                options["size"] = self.protocol.size
+        return {**options, "seed": self.seed, "out": str(out or self.result(root))}
+
+    def argv(self, root: str | Path, **kwargs: Any) -> list[str]:
+        """The job as a command line, `atlas eval <task> ...` (to rerun it by hand)."""
+        from atlas_experiments.commands.options import option_argv
+
+        return ["eval", self.protocol.task, *option_argv(self.options(root, **kwargs))]
 
 
 def model_spec(arm: Arm) -> dict[str, Any]:
