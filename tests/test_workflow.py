@@ -138,8 +138,12 @@ def _train_configs(out: str) -> dict[str, dict]:
 def test_new_ablation_cells_are_jobs_with_their_overrides(axis, run, overrides, tmp_path):
     res = _snakemake("-n", "-p", f"ablation_{axis}", results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
-    model = _train_configs(res.stdout)[run]["model"]
+    config = _train_configs(res.stdout)[run]
+    model = config["model"]
     assert model["preset"] == "atlas"
+    # the run carries its row's settings as tags (the report reads them there, never from the run name)
+    row = dict(part.split("~") for part in run.split("__"))
+    assert config["tracking"]["tags"] == {f"atlas.cell.{k}": v for k, v in row.items()}
     for key, value in overrides.items():  # merged into the base overrides (num_memory_heads, expansion ...)
         assert model["overrides"][key] == ({**model["overrides"][key], **value} if key == "memory" else value)
     assert model["overrides"]["num_memory_heads"] == 8 and model["overrides"]["memory"]["expansion"] == 2
@@ -187,11 +191,13 @@ def test_ablation_table_rows_become_cells(tmp_path):
     fields = ablation_tables.ModelFields.from_repo(ROOT)
     table = tmp_path / "t.tsv"
     table.write_text("window\teta_max\n1\t\n2\t0.5\nglobal\t\n")
-    assert ablation_tables.read_table(table, fields) == {
+    cells = ablation_tables.read_table(table, fields)
+    assert cells == {
         "window~1": {"memory": {"window": 1}},
         "window~2__eta_max~0.5": {"memory": {"window": 2}, "eta_max": 0.5},
         "window~global": {"memory": {"window": "global"}},
     }
+    assert cells.values["window~2__eta_max~0.5"] == {"window": "2", "eta_max": "0.5"}  # the row as written
     for text, message in [
         ("window\n1\n1\n", "row 2 (line 3): the same cell as line 2"),
         ("window\tvocab_size\n1\t8\n", "row 1 (line 2): key 'vocab_size' is not a model setting"),
@@ -219,10 +225,12 @@ def test_the_model_fields_read_from_source_are_the_real_ones():
 def test_the_report_lists_the_current_ablation_cells(tmp_path):
     res = _snakemake("-n", "-p", "report", results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
-    cells = json.loads(re.search(r"--ablation-cells '(\{.*?\})'", res.stdout)[1])
-    assert cells["window"] == ["window~1", "window~2", "window~4", "window~4__use_gamma_gate~false", "window~8",
-                               "window~16"]  # fmt: skip
-    assert "feature_map~identity" in cells["poly_degree"] and "memory~linear" in cells["gated_mlp"]
+    cells = json.loads(re.search(r"--ablation-cells '(\{.*\})' >", res.stdout)[1])
+    assert list(cells["window"]) == ["window~1", "window~2", "window~4", "window~4__use_gamma_gate~false", "window~8",
+                                     "window~16"]  # fmt: skip
+    assert cells["window"]["window~4__use_gamma_gate~false"] == {"window": "4", "use_gamma_gate": "false"}
+    assert cells["poly_degree"]["feature_map~identity"] == {"feature_map": "identity"}
+    assert cells["gated_mlp"]["memory~linear"] == {"memory": "linear"}
 
 
 @pytest.mark.parametrize(

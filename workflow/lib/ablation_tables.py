@@ -31,11 +31,13 @@ class AblationTableError(ValueError):
 
 class Cells(dict):
     """Run name -> overrides, in table order; `where[run]` names the row ('config/ablations/window.tsv, row 3
-    (line 4)') for errors found later, when the package validates the cell's values."""
+    (line 4)') for errors found later, when the package validates the cell's values; `values[run]` is the row as
+    written ({'window': '4'}), which the run carries as tags so that reports never parse it back from the name."""
 
     def __init__(self) -> None:
         super().__init__()
         self.where: dict[str, str] = {}
+        self.values: dict[str, dict[str, str]] = {}
 
 
 def class_fields(source: Path, name: str) -> frozenset[str]:
@@ -116,6 +118,7 @@ def read_table(path: Path, fields: ModelFields, shown: str | None = None) -> Cel
         if name in seen:
             raise AblationTableError(f"{where}: the same cell as line {seen[name]} ({name})")
         seen[name] = line
+        cells.values[name] = values
         overrides: dict[str, Any] = {}
         for key, text in values.items():
             if fields.section(key) == "memory":

@@ -38,6 +38,7 @@ def tracking_uri():
 
 # the one merge rule of every config layer (mappings merge key by key, anything else replaces)
 from atlas_experiments.configio import merge_settings as deep_merge
+from atlas_experiments.tracking.store import CELL_TAG_PREFIX
 
 
 # ---- ablations: per axis, run name -> the AtlasConfig overrides of one cell (workflow/lib/ablation_tables.py);
@@ -63,7 +64,9 @@ def train_config(study, run):
     preset, overrides = run_spec(study, run)
     tracking = {"enabled": True, "experiment": study, "run_name": run}  # the store: `--tracking-uri` of the rule
     if study.startswith("ablation_"):
-        tracking["parent"] = parent_record(study.removeprefix("ablation_"))
+        axis = study.removeprefix("ablation_")
+        tracking["parent"] = parent_record(axis)
+        tracking["tags"] = {CELL_TAG_PREFIX + key: text for key, text in ABLATIONS[axis].values[run].items()}
     cfg = deep_merge(
         config["train"]["defaults"],
         {

@@ -29,7 +29,7 @@ rule report:
         out=lambda wc, output: os.path.dirname(output.index),
         title=config.get("report_title", "ATLAS reproduction"),
         # MLflow keeps every cell an axis ever had: the report lists the rows of today's tables
-        cells=json.dumps({axis: list(cells) for axis, cells in ABLATIONS.items()}),
+        cells=json.dumps({axis: {run: cells.values[run] for run in cells} for axis, cells in ABLATIONS.items()}),
     conda:
         "../envs/atlas.yaml"
     log:

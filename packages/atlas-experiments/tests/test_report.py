@@ -23,7 +23,8 @@ def test_report_tables_and_figures(tmp_path):
         steps[-1][1]["val_loss"] = loss + 0.1
         _run(uri, "pretrain", preset, {"model.preset": preset, "model.size": "tiny"}, steps)
     for c, vl in (("1", 3.4), ("4", 3.1)):
-        _run(uri, "ablation_window", f"window~{c}", {"model.preset": "atlas"}, [(5, {"loss": vl, "val_loss": vl})])
+        _run(uri, "ablation_window", f"window~{c}", {"model.preset": "atlas"}, [(5, {"loss": vl, "val_loss": vl})],
+             tags={tracking.CELL_TAG_PREFIX + "window": c})  # fmt: skip
     _run(uri, "ablation_window", "window", {"axis": "window"}, [(0, {"best_val_loss": 3.1})],
          tags={tracking.ROLE_TAG: "parent"})  # fmt: skip
     model = "results/x/runs/pretrain/atlas/checkpoints/final"
@@ -79,15 +80,22 @@ def test_report_tables_and_figures(tmp_path):
 
 def test_ablation_rows_follow_the_current_tables_in_numeric_order(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cells = {
+    names = {
         "window": ["window~1", "window~16", "window~2", "window~4__use_gamma_gate~false", "window~4", "window~3"],
         "poly_degree": ["poly_degree~1", "poly_degree~2", "feature_map~identity"],
         "gated_mlp": ["memory~mlp", "memory~gated_mlp", "memory~linear"],
     }
-    tracked = [(axis, name) for axis, names in cells.items() for name in names if name != "window~3"]
+
+    def values(name):  # what the workflow's table reader gives for a row (the names spell it here for brevity)
+        return dict(part.split("~") for part in name.split("__"))
+
+    cells = {axis: {n: values(n) for n in listed} for axis, listed in names.items()}
+    tracked = [(axis, name) for axis, listed in names.items() for name in listed if name != "window~3"]
     tracked.append(("window", "window~8"))  # a row since deleted from the table
     for i, (axis, name) in enumerate(tracked):
-        _run(uri, f"ablation_{axis}", name, {}, [(1, {"loss": 4.0, "val_loss": 3.0 + i / 100})])
+        tags = {tracking.CELL_TAG_PREFIX + k: v for k, v in values(name).items()}
+        _run(uri, f"ablation_{axis}", name, {}, [(1, {"loss": 4.0, "val_loss": 3.0 + i / 100})], tags=tags)
+    _run(uri, "ablation_window", "window~32", {}, [(1, {"loss": 4.0, "val_loss": 3.5})])  # tracked without tags
     current = json.dumps(cells)
     out = tmp_path / "reports"
     assert main(["report", "--tracking-uri", uri, "--out", str(out), "--ablation-cells", current]) == 0
@@ -105,14 +113,17 @@ def test_ablation_rows_follow_the_current_tables_in_numeric_order(tmp_path):
     gated = ablations.split("## gated_mlp")[1].split("\n## ")[0]
     assert re.search(r"^\| memory=linear \|.*\| linear memory \| 21.03 \| 49.74 \|$", gated, re.M)
     assert "(0 pretraining, 11 ablation cells, 0 evaluations)" in (out / "README.md").read_text()
+    assert "window~32" not in ablations  # not a row of today's table
 
     assert main(["report", "--tracking-uri", uri, "--out", str(out)]) == 0  # no tables named: every tracked cell
-    assert "window=8" in (out / "ablations.md").read_text()
+    every = (out / "ablations.md").read_text().split("## window")[1]
+    assert "| window=8 |" in every and "| use_gamma_gate=false, window=4 |" in every  # settings from the tags
+    assert "| window~32 |" in every  # no tags: shown by its name, never parsed back from it
 
 
 def test_bad_ablation_cells_option_is_an_error(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    args = ["report", "--tracking-uri", uri, "--out", str(tmp_path / "r"), "--ablation-cells", '{"window": "x"}']
+    args = ["report", "--tracking-uri", uri, "--out", str(tmp_path / "r"), "--ablation-cells", '{"window": ["x"]}']
     assert main(args) != 0
     assert "--ablation-cells: expected" in capsys.readouterr().err
 

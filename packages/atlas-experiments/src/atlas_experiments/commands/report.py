@@ -16,8 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--title", default="ATLAS reproduction")
     p.add_argument(
         "--ablation-cells",
-        help="JSON {axis: [run names]} of the current ablation tables: only these rows are reported (the workflow "
-        "passes it, so a deleted row disappears); default: every tracked cell",
+        help="JSON {axis: {run name: {key: value}}} of the current ablation tables: only these rows are reported, "
+        "with these settings (the workflow passes it, so a deleted row disappears); default: every tracked cell",
     )
     p.set_defaults(handler=run)
 
@@ -33,15 +33,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cells(text: str) -> dict[str, list[str]]:
+def _cells(text: str) -> dict[str, dict[str, dict[str, str]]]:
     from atlas_experiments.schema import ConfigError
 
     try:
         cells = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--ablation-cells: not JSON ({exc})") from exc
+
+    def row(values) -> bool:
+        return isinstance(values, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in values.items())
+
     if not isinstance(cells, dict) or not all(
-        isinstance(v, list) and all(isinstance(n, str) for n in v) for v in cells.values()
+        isinstance(rows, dict) and all(isinstance(n, str) and row(v) for n, v in rows.items())
+        for rows in cells.values()
     ):
-        raise ConfigError('--ablation-cells: expected {"axis": ["run name", ...]}')
+        raise ConfigError('--ablation-cells: expected {"axis": {"run name": {"key": "value", ...}, ...}}')
     return cells

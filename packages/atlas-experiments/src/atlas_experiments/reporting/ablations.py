@@ -1,12 +1,15 @@
 """`ablations.md`: one table per ablation axis (validation loss per cell) beside the Table 6 row it speaks to.
 
-MLflow keeps every cell an axis ever had; `cells` (axis -> run names, from the workflow's current tables) limits
-the report to the rows of today's tables, so a deleted row disappears and a renamed one is not listed twice.
+MLflow keeps every cell an axis ever had; `cells` (axis -> run name -> the row's settings, from the workflow's
+current tables) limits the report to the rows of today's tables, so a deleted row disappears and a renamed one is
+not listed twice. A cell's settings come from its table row or from the tags its run carries
+(`tracking.CELL_TAG_PREFIX`), never from its name.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from atlas_experiments import tracking
@@ -29,12 +32,30 @@ def is_cell(run: dict) -> bool:
     return run["experiment"].startswith("ablation_") and run["tags"].get(tracking.ROLE_TAG) != "parent"
 
 
-def cell_values(run_name: str) -> dict[str, str]:
-    """'window~4__use_gamma_gate~false' -> {'window': '4', 'use_gamma_gate': 'false'}."""
-    return dict(part.split("~", 1) for part in run_name.split("__") if "~" in part)
+# axis -> run name -> the cell's settings as its table row writes them ({'window': '4'})
+TableCells = dict[str, dict[str, dict[str, str]]]
 
 
-def order_key(run_name: str) -> tuple:
+@dataclass(frozen=True)
+class Cell:
+    """One row of an axis: its run name, its settings, and its tracked run (None: in the table, not run yet)."""
+
+    name: str
+    values: dict[str, str]
+    run: dict | None = field(default=None, compare=False)
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.values.items()) or self.name
+
+
+def tagged_values(run: dict) -> dict[str, str]:
+    """The settings a cell's run carries as tags (sorted by key: MLflow keeps no tag order)."""
+    prefix = tracking.CELL_TAG_PREFIX
+    return {k.removeprefix(prefix): v for k, v in sorted(run["tags"].items()) if k.startswith(prefix)}
+
+
+def order_key(cell: Cell) -> tuple:
     """Numbers compare as numbers (window 1 < 2 < 16), before words; a cell that sets fewer keys comes first."""
 
     def one(text: str) -> tuple:
@@ -43,7 +64,7 @@ def order_key(run_name: str) -> tuple:
         except ValueError:
             return (1, 0.0, text)
 
-    return tuple(one(v) for v in cell_values(run_name).values())
+    return tuple(one(v) for v in cell.values.values())
 
 
 def paper_row(axis: str, cell: dict[str, str]) -> str | None:
@@ -53,22 +74,24 @@ def paper_row(axis: str, cell: dict[str, str]) -> str | None:
     return None
 
 
-def current_cells(runs: list[dict], cells: dict[str, list[str]] | None) -> dict[str, list[dict | str]]:
-    """axis -> its cells in numeric order: tracked runs, or (with `cells`) the run names of today's tables, each
-    replaced by its tracked run where there is one."""
+def current_cells(runs: list[dict], cells: TableCells | None) -> dict[str, list[Cell]]:
+    """axis -> its cells in numeric order: every tracked cell, or (with `cells`) the rows of today's tables, each
+    with its tracked run where there is one. A row's settings are the table's; a tracked cell outside the tables
+    shows the tags its run carries (none, for runs tracked before cells carried tags: then its name)."""
     tracked: dict[str, dict[str, dict]] = defaultdict(dict)
     for run in runs:
         if is_cell(run):
             tracked[run["experiment"].removeprefix("ablation_")][run["run_name"]] = run
-    names = cells if cells is not None else {axis: list(by_name) for axis, by_name in tracked.items()}
-    return {
-        axis: [tracked[axis].get(n, n) for n in sorted(dict.fromkeys(listed), key=order_key)]
-        for axis, listed in sorted(names.items())
-        if listed
-    }
+    if cells is None:
+        members = {axis: [Cell(n, tagged_values(r), r) for n, r in runs.items()] for axis, runs in tracked.items()}
+    else:
+        members = {
+            axis: [Cell(n, dict(v), tracked[axis].get(n)) for n, v in rows.items()] for axis, rows in cells.items()
+        }
+    return {axis: sorted(listed, key=order_key) for axis, listed in sorted(members.items()) if listed}
 
 
-def ablation_report(runs: list[dict], fig_dir: Path, cells: dict[str, list[str]] | None = None) -> str:
+def ablation_report(runs: list[dict], fig_dir: Path, cells: TableCells | None = None) -> str:
     out = ["# Ablations (Table 6 / Fig. 5)\n"]
     by_axis = current_cells(runs, cells)
     if not by_axis:
@@ -76,14 +99,12 @@ def ablation_report(runs: list[dict], fig_dir: Path, cells: dict[str, list[str]]
     for axis, members in by_axis.items():
         out.append(f"\n## {axis}\n\n")
         rows = []
-        for member in members:
-            name = member if isinstance(member, str) else member["run_name"]
-            m = {} if isinstance(member, str) else member["metrics"]
-            cell = cell_values(name)
-            row = paper_row(axis, cell)
+        for cell in members:
+            m = {} if cell.run is None else cell.run["metrics"]
+            row = paper_row(axis, cell.values)
             ref = paper.TABLE6_ABLATIONS.get(row) if row else None
             rows.append(
-                [", ".join(f"{k}={v}" for k, v in cell.items()), m.get("val_loss"), ppl(m.get("val_loss")),
+                [cell.label, m.get("val_loss"), ppl(m.get("val_loss")),
                  m.get("loss"), row or "–", ref[0] if ref else None, ref[1] if ref else None]
             )  # fmt: skip
         header = ["cell", "val loss", "val ppl", "train loss", "paper row", "paper LM ppl", "paper acc"]

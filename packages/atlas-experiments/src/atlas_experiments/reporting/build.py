@@ -20,7 +20,7 @@ from atlas_experiments import tracking
 from atlas_experiments._io import write_text_atomic as _write
 from atlas_experiments.reporting import eval_tables, figures
 from atlas_experiments.reporting import paper_tables as paper
-from atlas_experiments.reporting.ablations import ablation_report, current_cells
+from atlas_experiments.reporting.ablations import TableCells, ablation_report, current_cells
 from atlas_experiments.reporting.learnability import learnability_section
 from atlas_experiments.reporting.markdown import ppl as _ppl
 from atlas_experiments.reporting.markdown import table as _table
@@ -108,9 +108,9 @@ def _shown(uri: str) -> str:
 
 
 def build_reports(
-    uri: str, out_dir: str | Path, title: str = "ATLAS reproduction", ablation_cells: dict[str, list[str]] | None = None
+    uri: str, out_dir: str | Path, title: str = "ATLAS reproduction", ablation_cells: TableCells | None = None
 ) -> list[Path]:
-    """`ablation_cells`: axis -> the run names of its current table (None: every tracked cell)."""
+    """`ablation_cells`: axis -> run name -> settings, the rows of its current table (None: every tracked cell)."""
     out = Path(out_dir)
     runs = _latest_per_name(tracking.load_runs(uri))
     fig_dir = out / "figures"
@@ -121,7 +121,7 @@ def build_reports(
         "evaluations.md": evaluation_report(runs, fig_dir),
     }
     n_pre = sum(r["experiment"] == "pretrain" for r in runs)
-    n_abl = sum(not isinstance(c, str) for cells in current_cells(runs, ablation_cells).values() for c in cells)
+    n_abl = sum(c.run is not None for cells in current_cells(runs, ablation_cells).values() for c in cells)
     n_eval = sum("task" in r["tags"] for r in runs)
     index = [
         f"# {title}\n\n",

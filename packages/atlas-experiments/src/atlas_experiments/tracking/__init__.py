@@ -27,6 +27,7 @@ from atlas_experiments.provenance import git_state as git_state
 from atlas_experiments.provenance import standard_tags
 
 # The store, its key rules and the tracker live in `tracking.store`; callers find them here.
+from atlas_experiments.tracking.store import CELL_TAG_PREFIX as CELL_TAG_PREFIX
 from atlas_experiments.tracking.store import DB_FILE as DB_FILE
 from atlas_experiments.tracking.store import EXPERIMENT_KIND_TAG as EXPERIMENT_KIND_TAG
 from atlas_experiments.tracking.store import PARENT_TAG as PARENT_TAG

@@ -83,6 +83,8 @@ PARENT_TAG = "mlflow.parentRunId"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 TRAINING_KIND = "custom_model_development"
 ROLE_TAG = "atlas.role"
+# an ablation cell's settings, one tag per key of its table row (`atlas.cell.window` = "4"): reports read them here
+CELL_TAG_PREFIX = "atlas.cell."
 
 
 class Tracker:
