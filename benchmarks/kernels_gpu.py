@@ -65,8 +65,8 @@ class Budget:
 
 
 def correctness(budget: Budget, quick: bool, only: str = "all") -> list[str]:
-    from atlas_kernels.ops.memory.triton_checks import check_linear_memory, check_newton_schulz, check_poly_features
-    from atlas_kernels.ops.memory.triton_mlp_checks import check_mlp_memory
+    from atlas_kernels.ops.memory.triton.checks import check_linear_memory, check_newton_schulz, check_poly_features
+    from atlas_kernels.ops.memory.triton.mlp_checks import check_mlp_memory
 
     if only == "atlas":  # no Triton kernel in these rows; the CPU tests check the torch paths in float64
         return ["## Correctness", "", "Not run with `--only atlas` (torch chunk op only; test_muon_lowrank.py).", ""]

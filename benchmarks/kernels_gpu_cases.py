@@ -190,8 +190,8 @@ def matmul_tflops() -> float:
 
 
 def memory_inputs(B, T, H, D, cfg, dtype=torch.bfloat16):
-    from atlas_kernels.ops.memory.triton_checks import linear_memory_inputs
-    from atlas_kernels.ops.memory.triton_mlp_checks import mlp_memory_inputs
+    from atlas_kernels.ops.memory.triton.checks import linear_memory_inputs
+    from atlas_kernels.ops.memory.triton.mlp_checks import mlp_memory_inputs
 
     if cfg.memory in ("mlp", "gated_mlp"):
         q, k, v, gates, p = mlp_memory_inputs(cfg, B, T, H, D, dtype=dtype, device=DEVICE)

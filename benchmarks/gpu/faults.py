@@ -71,10 +71,10 @@ def run_mlp_case(spec: dict) -> dict:
     import torch
 
     from atlas_kernels import MemoryConfig
-    from atlas_kernels.ops.memory import triton_mlp
     from atlas_kernels.ops.memory.chunk import memory_chunk_torch
-    from atlas_kernels.ops.memory.triton_checks import err_ratio, upcast_inputs
-    from atlas_kernels.ops.memory.triton_mlp_checks import mlp_memory_inputs
+    from atlas_kernels.ops.memory.triton import mlp as triton_mlp
+    from atlas_kernels.ops.memory.triton.checks import err_ratio, upcast_inputs
+    from atlas_kernels.ops.memory.triton.mlp_checks import mlp_memory_inputs
 
     warps = spec["warps"]
     triton_mlp._num_warps = lambda BW, BK: warps  # the launch reads it at call time: one process per case
@@ -95,7 +95,7 @@ def run_ns_case(dtype_name: str, shape: tuple[int, ...]) -> dict:
     `dtype_name` on the same rounded input."""
     import torch
 
-    from atlas_kernels.ops.memory.triton_checks import err_ratio
+    from atlas_kernels.ops.memory.triton.checks import err_ratio
     from atlas_kernels.ops.newton_schulz.naive import newton_schulz
     from atlas_kernels.ops.newton_schulz.triton import newton_schulz_triton
 
@@ -221,7 +221,7 @@ def environment(out: Path | None) -> int:
         a = torch.randn(512, 512, generator=torch.Generator().manual_seed(0))
         err = (a.to(DEVICE) @ a.to(DEVICE)).cpu().sub(a @ a).abs().max().item()
         lines.append(f"matmul 512^3 on {DEVICE}: max abs difference to CPU {err:.2e}")
-        from atlas_kernels.ops.memory.triton_checks import check_poly_features
+        from atlas_kernels.ops.memory.triton.checks import check_poly_features
 
         errs = check_poly_features((1, 2, 64, 16), 2, dtype=torch.float32, device=DEVICE)
         lines.append(f"triton poly-feature kernel fp32: max error ratio {max(errs.values()):.2e}")

@@ -49,8 +49,8 @@ def run_case(name: str, stage: str) -> dict:
     import torch
 
     from atlas_kernels import MemoryConfig
-    from atlas_kernels.ops.memory import triton_checks as tc
-    from atlas_kernels.ops.memory import triton_mlp_checks as tmc
+    from atlas_kernels.ops.memory.triton import checks as tc
+    from atlas_kernels.ops.memory.triton import mlp_checks as tmc
 
     spec = _cases()[name]
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[spec["dtype"]]
@@ -64,11 +64,11 @@ def run_case(name: str, stage: str) -> dict:
         chunk_size=64,
     )  # fmt: skip
     if spec["kind"] == "linear":
-        from atlas_kernels.ops.memory.triton_linear import memory_chunk_triton as op
+        from atlas_kernels.ops.memory.triton.linear import memory_chunk_triton as op
 
         inputs = tc.linear_memory_inputs(cfg, B, T, H, D, D, dtype=dtype, device="cuda")
     else:
-        from atlas_kernels.ops.memory.triton_mlp import memory_chunk_triton_mlp as op
+        from atlas_kernels.ops.memory.triton.mlp import memory_chunk_triton_mlp as op
 
         inputs = tmc.mlp_memory_inputs(cfg, B, T, H, D, dtype=dtype, device="cuda")
     torch.cuda.synchronize()

@@ -96,7 +96,15 @@ def _saved_bytes(fn):
 
 
 GRAM = [
-    dataclasses.replace(MUON[0], memory="mlp", feature_map="poly", poly_degree=2, ns_eval=ns_eval, muon_polynomial=poly)
+    dataclasses.replace(
+        MUON[0],
+        memory="mlp",
+        feature_map="poly",
+        poly_degree=2,
+        ns_eval=ns_eval,
+        muon_polynomial=poly,
+        ns_form="lowrank",
+    )  # the factored path keeps (or recomputes) per-token Gram matrices
     for ns_eval, poly in (("matmul", "token"), ("eigh", "token"), ("matmul", "chunk"))
 ]
 

@@ -97,7 +97,7 @@ def test_a_state_in_another_dtype_is_cast_to_the_inputs(cfg):
 
 
 def test_muon_chunks_are_recomputed_when_only_the_inputs_need_a_gradient(monkeypatch):
-    cfg = MemoryConfig(memory="mlp", optimizer="muon", window=2, chunk_size=4, checkpoint_min_mib=0)
+    cfg = MemoryConfig(memory="mlp", optimizer="muon", window=2, chunk_size=4, checkpoint_min_mib=0, ns_form="lowrank")
     q, k, v, gates = random_inputs(1, 9, H, D, seed=6, requires_grad=True)
     p = _params(cfg)  # parameters (and so the start state) without gradients
     calls = []

@@ -21,7 +21,7 @@ from atlas_kernels import (
     memory_naive,
     memory_naive_chunked,
 )
-from atlas_kernels.ops.memory.triton_support import common_unsupported
+from atlas_kernels.ops.memory.triton.support import common_unsupported
 from atlas_kernels.testing import assert_pieces_match_one_call, random_inputs, rel_err
 
 H, D = 2, 4

@@ -113,8 +113,8 @@ def test_zero_momentum_keeps_values_and_gradients_finite():
     assert max(errs.values()) < 1e-12, errs
 
 
-def test_default_form_is_lowrank():
-    assert MemoryConfig(optimizer="muon").ns_form == "lowrank"
+def test_default_form_is_auto():  # "lowrank" where a CPU's per-token form does not pay (test_ns_form_auto.py)
+    assert MemoryConfig(optimizer="muon").ns_form == "auto"
 
 
 def _largest_saved(cfg, T, Dk, Dv):

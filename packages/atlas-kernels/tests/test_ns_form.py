@@ -66,7 +66,7 @@ def test_gram_forms_equal_materialised(op, T, window, form):
 
 
 def test_ns_form_is_checked_and_round_trips():
-    assert MemoryConfig().ns_form == "lowrank"
+    assert MemoryConfig().ns_form == "auto"
     with pytest.raises(
         MemoryConfigError, match="ns_form: expected one of materialise, gram, lowrank, auto, got 'dense'"
     ):

@@ -125,8 +125,8 @@ def test_the_per_token_branch_of_auto_matches_the_factored_path_in_float64(monke
     ids=["gd", "momentum", "materialise", "defaults"],
 )
 def test_every_optimizer_and_form_takes_ns_eval_auto(kwargs):
-    assert MemoryConfig(**kwargs).ns_eval == "matmul"
-    assert MemoryConfig(ns_eval="auto", **kwargs).ns_eval == "auto"
+    assert MemoryConfig(**kwargs).ns_eval == "auto"  # the default
+    assert MemoryConfig(ns_eval="matmul", **kwargs).ns_eval == "matmul"
 
 
 def test_eigh_is_still_refused_off_the_factored_path():

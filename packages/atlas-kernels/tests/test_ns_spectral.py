@@ -166,7 +166,9 @@ def test_auto_takes_eigh_for_float64_on_a_cpu(monkeypatch, ns_eval, muon_float64
     for name in ("ns_polynomial", "ns_polynomial_spectral"):
         real = getattr(muon_lowrank, name)
         monkeypatch.setattr(muon_lowrank, name, lambda *a, _real=real, _n=name: calls.append(_n) or _real(*a))
-    cfg = MemoryConfig(memory="linear", optimizer="muon", chunk_size=4, ns_eval=ns_eval, muon_float64=muon_float64)
+    cfg = MemoryConfig(
+        memory="linear", optimizer="muon", chunk_size=4, ns_eval=ns_eval, muon_float64=muon_float64, ns_form="lowrank"
+    )  # ns_eval is the factored path's (auto takes a per-token form here)
     q, k, v, gates = random_inputs(1, 5, 2, 4, 4, seed=0)
     params = init_memory_params(cfg, 2, 4, 4)
     memory_chunk(q.float(), k.float(), v.float(), {n: t.float() for n, t in gates.items()}, params, cfg)

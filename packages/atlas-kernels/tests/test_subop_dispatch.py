@@ -19,7 +19,7 @@ from atlas_kernels.ops import dispatch
 from atlas_kernels.ops.features import auto as poly_auto
 from atlas_kernels.ops.memory import functional
 from atlas_kernels.ops.memory.chunk import memory_chunk_torch
-from atlas_kernels.ops.memory.triton_checks import err_ratio
+from atlas_kernels.ops.memory.triton.checks import err_ratio
 from atlas_kernels.ops.newton_schulz import auto as ns_auto
 from atlas_kernels.testing import random_inputs, rel_err
 

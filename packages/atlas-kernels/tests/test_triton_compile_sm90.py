@@ -47,7 +47,7 @@ def _compile_case(kind: str, *args: str) -> list[int]:
     import triton.language as tl
 
     if kind == "memory":
-        from atlas_kernels.ops.memory import triton_linear as lt
+        from atlas_kernels.ops.memory.triton import linear as lt
 
         variant, BK, direction = args[0], int(args[1]), args[2]
         half = ("q_ptr", "k_ptr", "v_ptr", "a_ptr", "e_ptr", "g_ptr", "th_ptr", "y_ptr", "dy_ptr")
@@ -64,9 +64,9 @@ def _compile_case(kind: str, *args: str) -> list[int]:
         return [_compile(lt._linear_bwd_kernel, types, cx, lt._num_warps(BT, BK, BV))]
     if kind == "mlp":
         from atlas_kernels import MemoryConfig
-        from atlas_kernels.ops.memory import triton_mlp as mt
-        from atlas_kernels.ops.memory import triton_mlp_bwd as mb
         from atlas_kernels.ops.memory.state import halo_size
+        from atlas_kernels.ops.memory.triton import mlp as mt
+        from atlas_kernels.ops.memory.triton import mlp_bwd as mb
 
         direction, chunk, window, D, gated = args[0], int(args[1]), int(args[2]), int(args[3]), args[5] == "gated"
         prec = "bf16" if args[4] == "bf16" else "tf32x3"

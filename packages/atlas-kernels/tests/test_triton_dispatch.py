@@ -90,7 +90,7 @@ def test_triton_backend_runs_under_the_interpreter():
 @pytest.mark.gpu
 def test_auto_picks_triton_on_cuda(monkeypatch):
     calls = []
-    from atlas_kernels.ops.memory import triton_linear
+    from atlas_kernels.ops.memory.triton import linear as triton_linear
 
     real = triton_linear.memory_chunk_triton
     monkeypatch.setattr(triton_linear, "memory_chunk_triton", lambda *a, **kw: calls.append(1) or real(*a, **kw))

@@ -42,7 +42,7 @@ def _assert_small(errs, tol):
 @pytest.mark.parametrize("shape", SHAPES, ids=list(SHAPES))
 @pytest.mark.parametrize("config", CONFIGS, ids=list(CONFIGS))
 def test_linear_memory_bf16_real_shapes(shape, config):
-    from atlas_kernels.ops.memory.triton_checks import check_linear_memory
+    from atlas_kernels.ops.memory.triton.checks import check_linear_memory
 
     B, T, H, D = SHAPES[shape]
     errs = check_linear_memory(CONFIGS[config], B, T, H, D, D, dtype=torch.bfloat16, device="cuda")
@@ -51,7 +51,7 @@ def test_linear_memory_bf16_real_shapes(shape, config):
 
 @pytest.mark.parametrize("optimizer", ["gd", "momentum"])
 def test_linear_memory_fp32_odd_shape(optimizer):
-    from atlas_kernels.ops.memory.triton_checks import check_linear_memory
+    from atlas_kernels.ops.memory.triton.checks import check_linear_memory
 
     cfg = MemoryConfig(memory="linear", optimizer=optimizer, feature_map="identity", bias="l2", window=3, chunk_size=16)
     errs = check_linear_memory(cfg, 2, 333, 4, 48, 80, dtype=torch.float32, device="cuda")
@@ -74,7 +74,7 @@ def _assert_close_to_torch(errs, base, tol):
 @pytest.mark.parametrize("shape", SHAPES, ids=list(SHAPES))
 @pytest.mark.parametrize("config", MLP_CONFIGS, ids=list(MLP_CONFIGS))
 def test_mlp_memory_bf16_real_shapes(shape, config):
-    from atlas_kernels.ops.memory.triton_mlp_checks import check_mlp_memory
+    from atlas_kernels.ops.memory.triton.mlp_checks import check_mlp_memory
 
     B, T, H, D = SHAPES[shape]
     errs, base = check_mlp_memory(MLP_CONFIGS[config], B, T, H, D, dtype=torch.bfloat16, device="cuda", baseline=True)
@@ -84,7 +84,7 @@ def test_mlp_memory_bf16_real_shapes(shape, config):
 @pytest.mark.parametrize("optimizer,memory", [("gd", "mlp"), ("momentum", "mlp"), ("momentum", "gated_mlp")])
 def test_mlp_memory_fp32_odd_shape(optimizer, memory):
     """T = 333 (a short last chunk), Dk = 48 (padded tiles), hidden 192 (six hidden blocks), window 3."""
-    from atlas_kernels.ops.memory.triton_mlp_checks import check_mlp_memory
+    from atlas_kernels.ops.memory.triton.mlp_checks import check_mlp_memory
 
     cfg = MemoryConfig(memory=memory, optimizer=optimizer, window=3, chunk_size=16)
     errs, base = check_mlp_memory(cfg, 2, 333, 4, 48, dtype=torch.float32, device="cuda", baseline=True)
@@ -93,7 +93,7 @@ def test_mlp_memory_fp32_odd_shape(optimizer, memory):
 
 def test_mlp_memory_auto_backend_picks_triton_when_enabled(monkeypatch):
     from atlas_kernels import api, memory_chunk
-    from atlas_kernels.ops.memory.triton_mlp_checks import mlp_memory_inputs
+    from atlas_kernels.ops.memory.triton.mlp_checks import mlp_memory_inputs
     from atlas_kernels.testing import rel_err
 
     cfg = MemoryConfig(memory="mlp", optimizer="gd", window=4, chunk_size=16)  # fp32 tiles within shared memory
@@ -123,7 +123,7 @@ def test_mlp_memory_auto_backend_picks_triton_when_enabled(monkeypatch):
     ],
 )
 def test_newton_schulz(shape, dtype):
-    from atlas_kernels.ops.memory.triton_checks import check_newton_schulz
+    from atlas_kernels.ops.memory.triton.checks import check_newton_schulz
 
     errs = check_newton_schulz(shape, dtype=dtype, device="cuda")
     _assert_small(errs, 2e-2 if dtype == torch.bfloat16 else 1e-4)
@@ -138,7 +138,7 @@ def test_newton_schulz_float32_large_tiles_are_refused():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 def test_poly_features(dtype):
-    from atlas_kernels.ops.memory.triton_checks import check_poly_features
+    from atlas_kernels.ops.memory.triton.checks import check_poly_features
 
     errs = check_poly_features((2, 16, 512, 16), 2, dtype=dtype, device="cuda")
     _assert_small(errs, 2e-2 if dtype == torch.bfloat16 else 1e-5)

@@ -11,7 +11,7 @@ from atlas_kernels import MemoryConfig, memory_chunk, memory_naive, memory_naive
 from atlas_kernels.testing import assert_empty_input, assert_results_match, assert_state_handoff, leaf_inputs, rel_err
 
 pytest.importorskip("triton")
-from atlas_kernels.ops.memory.triton_linear import memory_chunk_triton  # noqa: E402
+from atlas_kernels.ops.memory.triton.linear import memory_chunk_triton  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("nan_empty")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -163,8 +163,8 @@ def test_empty_sequence_returns_the_state():
 
 
 def test_linear_gpu_check_helper_runs_on_cpu():
-    """The check the GPU tests and benchmark use (`triton_checks.check_linear_memory`), interpreter-sized, fp32."""
-    from atlas_kernels.ops.memory.triton_checks import check_linear_memory
+    """The check the GPU tests and benchmark use (`triton.checks.check_linear_memory`), interpreter-sized, fp32."""
+    from atlas_kernels.ops.memory.triton.checks import check_linear_memory
 
     cfg = MemoryConfig(memory="linear", optimizer="momentum", window=2, chunk_size=8)
     errs = check_linear_memory(cfg, 1, 19, H, 8, 6, dtype=torch.float32, device=DEVICE)

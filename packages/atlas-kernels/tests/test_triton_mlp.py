@@ -12,7 +12,7 @@ from atlas_kernels import MemoryConfig, api, memory_chunk, memory_naive, memory_
 from atlas_kernels.testing import assert_empty_input, assert_results_match, assert_state_handoff, leaf_inputs, rel_err
 
 pytest.importorskip("triton")
-from atlas_kernels.ops.memory.triton_mlp import memory_chunk_triton_mlp  # noqa: E402
+from atlas_kernels.ops.memory.triton.mlp import memory_chunk_triton_mlp  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("nan_empty")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -185,7 +185,7 @@ def test_dispatch():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path")
 def test_memory_chunk_backend_triton_runs_the_mlp_kernel(monkeypatch):
-    from atlas_kernels.ops.memory import triton_mlp
+    from atlas_kernels.ops.memory.triton import mlp as triton_mlp
 
     calls = []
     real = triton_mlp.memory_chunk_triton_mlp
@@ -223,7 +223,7 @@ def test_bfloat16_inputs_accumulate_in_float32():
 @pytest.mark.parametrize("memory", ["mlp", "gated_mlp"])
 def test_gpu_check_helper_runs_on_cpu(memory):
     """The check the GPU tests and benchmark use, at an interpreter-sized shape in float32."""
-    from atlas_kernels.ops.memory.triton_mlp_checks import check_mlp_memory
+    from atlas_kernels.ops.memory.triton.mlp_checks import check_mlp_memory
 
     cfg = _cfg("momentum", 3, 8, memory)
     errs, base = check_mlp_memory(cfg, 1, 19, H, 8, dtype=torch.float32, device=DEVICE, baseline=True)
@@ -236,7 +236,7 @@ def test_gpu_check_helper_runs_on_cpu(memory):
 
 def test_gpu_shared_memory_guard():
     """Tile sizes measured to compile for sm_90 within 227 KB pass; larger ones are refused (on CUDA) by name."""
-    from atlas_kernels.ops.memory.triton_mlp import gpu_tiles_fit
+    from atlas_kernels.ops.memory.triton.mlp import gpu_tiles_fit
 
     assert gpu_tiles_fit(_cfg(window=4, chunk_size=64), 96, torch.bfloat16)  # 760M, Omega c = 4
     assert gpu_tiles_fit(_cfg(window=3, chunk_size=16), 48, torch.float32)  # the fp32 GPU test

@@ -23,15 +23,15 @@ def _interpreting() -> bool:
 def triton_unsupported(cfg: MemoryConfig, q: torch.Tensor | None = None):
     """None when a Triton kernel covers this call, else (field, reason) of the first unsupported setting.
 
-    memory="linear" -> `triton_linear`, memory="mlp" | "gated_mlp" -> `triton_mlp`.
+    memory="linear" -> `triton.linear`, memory="mlp" | "gated_mlp" -> `triton.mlp`.
     """
     if cfg.memory in ("mlp", "gated_mlp"):
-        from atlas_kernels.ops.memory.triton_mlp import triton_unsupported as mlp_unsupported
+        from atlas_kernels.ops.memory.triton.mlp import triton_unsupported as mlp_unsupported
 
         return mlp_unsupported(cfg, q)
     if cfg.memory != "linear":
         return "memory", f"memory={cfg.memory!r} (the Triton ops implement memory='linear', 'mlp' and 'gated_mlp')"
-    from atlas_kernels.ops.memory.triton_linear import triton_unsupported as linear_unsupported
+    from atlas_kernels.ops.memory.triton.linear import triton_unsupported as linear_unsupported
 
     return linear_unsupported(cfg, q)
 
@@ -123,7 +123,7 @@ def memory_chunk(
                 per chunk; the first calls compile (tens of seconds). Raises ValueError for feature_map="exp" and
                 window="global", whose state grows with every chunk. Not chosen by "auto" (docs/chunkwise.md,
                 "Compilation").
-            "triton": the Triton kernels (`ops/memory/triton_linear.py`, `ops/memory/triton_mlp.py`), which cover
+            "triton": the Triton kernels (`ops/memory/triton/linear.py`, `ops/memory/triton/mlp.py`), which cover
                 memory "linear", "mlp" or "gated_mlp" (with or without memory_norm / residual, gelu or silu),
                 feature_map="identity", optimizer "gd" or "momentum", bias l2 or dot, a finite window with
                 c - 1 <= 64, decay_first (linear), chunk_size <= 128, Dk <= 256, float16/bfloat16/float32
@@ -139,10 +139,10 @@ def memory_chunk(
     """
     if select_backend(q, cfg, backend) == "triton":
         if cfg.memory in ("mlp", "gated_mlp"):
-            from atlas_kernels.ops.memory.triton_mlp import memory_chunk_triton_mlp
+            from atlas_kernels.ops.memory.triton.mlp import memory_chunk_triton_mlp
 
             return memory_chunk_triton_mlp(q, k, v, gates, params, cfg, state)
-        from atlas_kernels.ops.memory.triton_linear import memory_chunk_triton
+        from atlas_kernels.ops.memory.triton.linear import memory_chunk_triton
 
         return memory_chunk_triton(q, k, v, gates, params, cfg, state)
     return memory_chunk_torch(q, k, v, gates, params, cfg, state, compiled=backend == "compiled")

@@ -114,11 +114,11 @@ class MemoryConfig:
         ns_coeffs: quintic Newton-Schulz coefficients (a, b, c).
         ns_eps: added to the Frobenius norm before Newton-Schulz pre-normalisation.
         ns_form: how Muon computes NS_k(S) of each token's momentum, the same map every way (docs/muon.md).
-            "lowrank" (default): the factored path, no per-token momentum or weights formed. "gram": per-token
-            momenta, the steps on the r x r Gram matrix. "materialise": per-token momenta, every step on the
-            r x n iterate. "auto": "gram" on a CPU when every weight Muon updates has fewer than
+            "auto" (default): "gram" on a CPU when every weight Muon updates has fewer than
             `muon_lowrank.FACTORED_MIN_WEIGHT` entries, "lowrank" otherwise ("Choosing the form"); the token
-            oracles treat it as "materialise". The atlas-model Muon presets use "auto".
+            oracles treat it as "materialise". "lowrank": the factored path, no per-token momentum or weights
+            formed. "gram": per-token momenta, the steps on the r x r Gram matrix. "materialise": per-token
+            momenta, every step on the r x n iterate.
         muon_polynomial: "token" (default, Muon): every token's momentum gets its own Newton-Schulz polynomial.
             "chunk": an APPROXIMATION of Muon, not the paper's optimizer: one polynomial per chunk, that of the
             chunk's first momentum (docs/muon.md, "Approximate Muon: one polynomial per chunk").
@@ -126,10 +126,9 @@ class MemoryConfig:
             whatever the compute dtype (default True; docs/muon.md, "Precision of the factored path"). False
             computes in the op's dtype, faster on a CPU. No effect on the other paths or without Muon.
         ns_eval: how the factored path evaluates each token's r x r polynomial, the same map every way.
-            "matmul" (default): k r x r products. "eigh": on the eigenvalues of the Gram matrix, with a closed-form
-            backward. "auto": "eigh" where the polynomial is computed in float64 on a CPU, "matmul" otherwise; the
-            atlas-model Muon presets use it (docs/muon.md, "Evaluating the polynomial on the eigenvalues"). "eigh"
-            only on the factored path.
+            "auto" (default): "eigh" where the polynomial is computed in float64 on a CPU, "matmul" otherwise
+            (docs/muon.md, "Evaluating the polynomial on the eigenvalues"). "matmul": k r x r products. "eigh": on
+            the eigenvalues of the Gram matrix, with a closed-form backward; only on the factored path.
         feature_map: phi on keys and queries, "identity" | "poly" | "exp" (the phi* kernel, dual form).
         poly_degree: degree p of the polynomial map (symmetric monomials, dimension C(d + p, p)).
         exp_init_keys: number P of learned keys that span the initial first-layer weight of the exp memories,
@@ -175,10 +174,10 @@ class MemoryConfig:
     ns_steps: int = 5
     ns_coeffs: NsCoeffs = DEFAULT_NS_COEFFS
     ns_eps: float = 1e-7
-    ns_form: NsForm = "lowrank"
+    ns_form: NsForm = "auto"
     muon_polynomial: MuonPolynomial = "token"
     muon_float64: bool = True
-    ns_eval: NsEval = "matmul"
+    ns_eval: NsEval = "auto"
     feature_map: FeatureKind = "identity"
     poly_degree: int = 2
     exp_init_keys: int = 0

@@ -43,9 +43,8 @@ DELTA_ETA_INIT = 0.5
 def _default_memory() -> dict[str, Any]:
     """The Atlas memory at the tiny size (window c = 4, chunk size b = 4)."""
     cfg = MemoryConfig(
-        memory="mlp", bias="l2", window=4, optimizer="muon", feature_map="poly", poly_degree=2, chunk_size=4,
-        ns_form="auto", ns_eval="auto",
-    )  # fmt: skip
+        memory="mlp", bias="l2", window=4, optimizer="muon", feature_map="poly", poly_degree=2, chunk_size=4
+    )
     return cfg.to_dict()
 
 

@@ -64,18 +64,9 @@ class Size:
     chunk_size: int
 
 
-# ns_form / ns_eval "auto": on a CPU the per-token Gram form of Muon for small memories and the eigenvalue evaluation
-# of the factored path's polynomial for large ones, the factored path with matmul polynomials elsewhere; the same
-# map every way (atlas_kernels.MemoryConfig, docs/muon.md "Choosing the form").
-_ATLAS = {
-    "memory": "mlp",
-    "bias": "l2",
-    "optimizer": "muon",
-    "feature_map": "poly",
-    "poly_degree": 2,
-    "ns_form": "auto",
-    "ns_eval": "auto",
-}
+# Muon's form (ns_form, ns_eval) is MemoryConfig's default, "auto": chosen per device and memory size, the same map
+# every way (docs/muon.md "Choosing the form").
+_ATLAS = {"memory": "mlp", "bias": "l2", "optimizer": "muon", "feature_map": "poly", "poly_degree": 2}
 _EXP_KEYS = 16
 # DeltaNet and Gated DeltaNet are the exact token recurrence, as flash-linear-attention computes them: with the
 # chunk-start semantics every gradient of a chunk is taken at its start, and b tokens with (nearly) equal keys

@@ -1,9 +1,9 @@
 """Triton pieces of the chunkwise MLP memory shared by its forward and backward kernels, and the forward kernel.
 
-Notation and the chunk math: `triton_mlp.py` (module docstring) and docs/chunkwise.md. Window tile rows w hold the
+Notation and the chunk math: `triton/mlp.py` (module docstring) and docs/chunkwise.md. Window tile rows w hold the
 HALO halo tokens then the chunk (chunk token n at w = HALO + n); padded rows and columns load as 0 and get zero
 coefficients, so they never reach an output. Loading a chunk, its window and the decay coefficients are the stages
-the linear kernels share (`triton_stages.py`).
+the linear kernels share (`triton/stages.py`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from atlas_kernels.ops.memory.triton_stages import (
+from atlas_kernels.ops.memory.triton.stages import (
     chunk_span,
     load_gates,
     load_rows,

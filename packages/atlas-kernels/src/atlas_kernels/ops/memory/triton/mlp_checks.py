@@ -1,7 +1,7 @@
 """Correctness check of the Triton MLP memory against the torch op at any shape and dtype.
 
 Shared by the GPU tests (`tests/test_triton_gpu.py`) and the GPU benchmark (`benchmarks/kernels_gpu.py`), like
-`triton_checks.check_linear_memory`: the kernel runs in the requested dtype, the torch reference in float32
+`triton.checks.check_linear_memory`: the kernel runs in the requested dtype, the torch reference in float32
 (float64 on CPU) on the *same* rounded inputs; the result is rms(out - ref) / rms(ref) per tensor (outputs, every
 final-state tensor, every input gradient). With `baseline=True` the torch op is also run in the requested dtype,
 so that a caller can tell the kernel's error from the error that the precision itself brings (the memory
@@ -15,7 +15,7 @@ import math
 import torch
 
 from atlas_kernels.config import MemoryConfig
-from atlas_kernels.ops.memory.triton_checks import error_ratios, forward_backward, memory_inputs, upcast_inputs
+from atlas_kernels.ops.memory.triton.checks import error_ratios, forward_backward, memory_inputs, upcast_inputs
 
 
 def mlp_memory_inputs(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, eta_max=0.1):
@@ -28,7 +28,7 @@ def check_mlp_memory(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, ba
     """Error ratios of the Triton MLP memory (in `dtype`) against the torch chunk op (float32 on CUDA, float64 on
     CPU): {"o", "state.<tensor>", "grad.<input>"}; with baseline=True, (triton ratios, torch-in-dtype ratios)."""
     from atlas_kernels.ops.memory.chunk import memory_chunk_torch
-    from atlas_kernels.ops.memory.triton_mlp import memory_chunk_triton_mlp
+    from atlas_kernels.ops.memory.triton.mlp import memory_chunk_triton_mlp
 
     inputs = mlp_memory_inputs(cfg, B, T, H, D, dtype=dtype, device=device, seed=seed, eta_max=eta_max)
     gen = torch.Generator(device=device).manual_seed(seed + 1)

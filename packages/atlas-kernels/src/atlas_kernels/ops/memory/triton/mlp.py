@@ -25,12 +25,12 @@ do not fit in registers at real shapes (2 x 64 x 256 fp32 per head at 340M), so 
 The kernel reads slot i and writes slot i + 1 one hidden block at a time; a barrier orders those writes before
 the next chunk's reads (other threads of the program read them).
 
-Backward (`triton_mlp_bwd.py`): a Triton kernel that walks the chunks in reverse, rebuilds each from its stored
+Backward (`triton/mlp_bwd.py`): a Triton kernel that walks the chunks in reverse, rebuilds each from its stored
 start state and backpropagates through it by hand, second-order terms of the inner gradient included (s'' of the
 activation, the LayerNorm's backprop differentiated); the gates' gradients follow from the kernel's coefficient
 gradients through the torch coefficient code (`mlp_memory_backward` here). Only chunk-start states are kept between
-forward and backward (no per-token weights, no per-chunk activations). Kernels: `triton_mlp_kernels.py` (forward
-and shared pieces), on the stages shared with the linear kernels (`triton_stages.py`).
+forward and backward (no per-token weights, no per-chunk activations). Kernels: `triton/mlp_kernels.py` (forward
+and shared pieces), on the stages shared with the linear kernels (`triton/stages.py`).
 
 Tiles are fp32 (fp64 for fp64 inputs) with fp32 accumulation; dot operands follow `triton_common.compute_precision`
 (bf16 on GPU for bf16/fp16 inputs, 3xTF32 for fp32, IEEE under the interpreter). The window tile is padded to a
@@ -51,9 +51,9 @@ from atlas_kernels.ops.memory.coefficients import (
     window_gates,
 )
 from atlas_kernels.ops.memory.state import MemoryState, halo_size
-from atlas_kernels.ops.memory.triton_mlp_bwd import _mlp_bwd_kernel
-from atlas_kernels.ops.memory.triton_mlp_kernels import _mlp_fwd_kernel
-from atlas_kernels.ops.memory.triton_support import call_state, common_unsupported, incoming_halo, start_call
+from atlas_kernels.ops.memory.triton.mlp_bwd import _mlp_bwd_kernel
+from atlas_kernels.ops.memory.triton.mlp_kernels import _mlp_fwd_kernel
+from atlas_kernels.ops.memory.triton.support import call_state, common_unsupported, incoming_halo, start_call
 from atlas_kernels.ops.triton_common import compute_precision, memory_kernel_compile
 
 HIDDEN_BLOCK = 32

@@ -1,6 +1,6 @@
 """Triton kernels of the chunkwise linear memory: the forward and the hand-written backward, with the jit helpers
 they share (loading a chunk and its halo, the chunk's coefficients, one part of the window forward and back). The
-math, layouts and precision policy are documented in `triton_linear.py`, which launches them.
+math, layouts and precision policy are documented in `triton/linear.py`, which launches them.
 
 The window of a chunk is handled in two parts with the same code: the chunk's own tokens (suffix c below) and the
 HALO = c - 1 halo tokens before it (suffix h), each with its own tile of keys, values and gates.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from atlas_kernels.ops.memory.triton_stages import (
+from atlas_kernels.ops.memory.triton.stages import (
     chunk_span,
     load_gates,
     load_rows,

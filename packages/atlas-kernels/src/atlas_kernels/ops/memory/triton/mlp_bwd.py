@@ -1,7 +1,7 @@
 """Backward of the chunkwise MLP memory in Triton: one program per (batch, head) walks the chunks in reverse and
 recomputes each from its stored start state (no per-token weights, no stored activations).
 
-Per chunk (notation of `triton_mlp.py`; dX is dLoss/dX), four passes over the hidden blocks:
+Per chunk (notation of `triton/mlp.py`; dX is dLoss/dX), four passes over the hidden blocks:
     1. b0 = W1 s(W2 k_w) -> e, eb (`_signal`, as in the forward)
     2. retrieval again (a_j, h_j, scores, y_j); the end-state gradients meet h0: X1 = h0 dW1n^T, Y1 = h0 dS1n^T
        -> dyb (LN backprop of dy), dC = -scores * (dyb eb^T), dscores = -C * (dyb eb^T), first terms of deb
@@ -12,7 +12,7 @@ Per chunk (notation of `triton_mlp.py`; dX is dLoss/dX), four passes over the hi
     then eb = LNback(b0, e) is differentiated (second order in the memory LayerNorm) -> de, db0; dv = -de
     4. dh0 = db0 W1 -> da0 = scratch + dh0 s'(a0) -> dk, and the rest of dW1, dW2.
 The coefficient gradients (dC with the end row dcl folded in, dA, dP, dr, dTh_L) are written per chunk; the gates'
-gradients follow from them in PyTorch (`triton_mlp.mlp_memory_backward`), by autograd through `coefficients.py`
+gradients follow from them in PyTorch (`triton.mlp.mlp_memory_backward`), by autograd through `coefficients.py`
 (the torch op's own coefficient code) batched over all chunks, O(T b (b + c)) work. Window tokens overlap between
 chunks (the halo), so dk and dv accumulate into [B, H, HALO + T, ...] buffers, the first HALO rows being the
 incoming halo. The state gradients flow
@@ -29,7 +29,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from atlas_kernels.ops.memory.triton_mlp_kernels import (
+from atlas_kernels.ops.memory.triton.mlp_kernels import (
     _layer_norm,
     _ln_bwd,
     _load_chunk,
@@ -41,7 +41,7 @@ from atlas_kernels.ops.memory.triton_mlp_kernels import (
     _slot_offsets,
     _start_block,
 )
-from atlas_kernels.ops.memory.triton_stages import chunk_span, load_rows, store_rows
+from atlas_kernels.ops.memory.triton.stages import chunk_span, load_rows, store_rows
 from atlas_kernels.ops.triton_common import dot
 
 

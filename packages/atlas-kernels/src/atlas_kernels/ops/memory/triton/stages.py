@@ -1,5 +1,5 @@
-"""Stages of a chunk that the Triton memory kernels share: the linear family (`triton_linear_kernels.py`) and the
-MLP family (`triton_mlp_kernels.py`, `triton_mlp_bwd.py`) both walk the chunks of one (batch, head), load each
+"""Stages of a chunk that the Triton memory kernels share: the linear family (`triton/linear_kernels.py`) and the
+MLP family (`triton/mlp_kernels.py`, `triton/mlp_bwd.py`) both walk the chunks of one (batch, head), load each
 chunk and its window, and build the same decay and window-band coefficients (docs/chunkwise.md, (C1)-(C5)).
 
 Layouts: token tensors are public [B, T, H(, D)] (flat token index `tok` = (b T + t) H + h); the incoming halo is

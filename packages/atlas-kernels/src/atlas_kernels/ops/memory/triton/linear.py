@@ -40,8 +40,8 @@ import triton
 
 from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.state import MemoryState, halo_size
-from atlas_kernels.ops.memory.triton_linear_kernels import _linear_bwd_kernel, _linear_fwd_kernel
-from atlas_kernels.ops.memory.triton_support import call_state, common_unsupported, incoming_halo, start_call
+from atlas_kernels.ops.memory.triton.linear_kernels import _linear_bwd_kernel, _linear_fwd_kernel
+from atlas_kernels.ops.memory.triton.support import call_state, common_unsupported, incoming_halo, start_call
 from atlas_kernels.ops.triton_common import compute_precision, memory_kernel_compile
 
 MAX_VALUE_BLOCK = 32

@@ -103,7 +103,7 @@ def check_linear_memory(cfg: MemoryConfig, B, T, H, Dk, Dv, *, dtype, device, se
     """Error ratios of the Triton linear memory (in `dtype`) against the torch chunk op (float32 on CUDA,
     float64 on CPU) on the same inputs: "o", "state.<tensor>" and "grad.<input>"."""
     from atlas_kernels.ops.memory.chunk import memory_chunk_torch
-    from atlas_kernels.ops.memory.triton_linear import memory_chunk_triton
+    from atlas_kernels.ops.memory.triton.linear import memory_chunk_triton
 
     inputs = linear_memory_inputs(cfg, B, T, H, Dk, Dv, dtype=dtype, device=device, seed=seed)
     gen = torch.Generator(device=device).manual_seed(seed + 1)
