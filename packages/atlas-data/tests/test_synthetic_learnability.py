@@ -88,3 +88,40 @@ def test_setting_names_and_errors():
         LearnabilityConfig(dim=4, rank=8)
     with pytest.raises(ConfigError):
         LearnabilityConfig(seq_len=0)
+
+
+ORTHO = LearnabilityConfig(dim=16, seq_len=96, rank=3, window=8, generator="orthogonal")
+
+
+@pytest.mark.parametrize("setting", range(1, 6))
+def test_the_second_generator_draws_other_streams_with_the_same_definitions(setting):
+    i, o = generate_stream(setting, ORTHO, seed=1)
+    i2, o2 = generate_stream(setting, ORTHO, seed=1)
+    np.testing.assert_array_equal(o, o2)  # deterministic in the seed
+    assert i.shape == o.shape == (96, 16) and i.dtype == np.float32 and np.all(np.isfinite(o))
+    assert not np.allclose(o, generate_stream(setting, CFG, seed=1)[1])  # another stream family
+    if setting in (1, 2, 3, 5):  # raw inputs on a sphere: every row has the same norm (after standardisation)
+        norms = np.linalg.norm(i.astype(np.float64), axis=1)
+        np.testing.assert_allclose(norms, norms[0], rtol=1e-5)
+
+
+def test_the_second_generator_keeps_the_targets_structure():
+    i, o = generate_stream("low_rank", ORTHO, seed=0)
+    s = np.linalg.svd(o.astype(np.float64), compute_uv=False)
+    assert np.sum(s > 1e-4 * s[0]) == 3  # still rank k
+    w, *_ = np.linalg.lstsq(i.astype(np.float64), o.astype(np.float64), rcond=None)
+    np.testing.assert_allclose(i @ w, o, atol=1e-4)  # still linear in the input
+    sv = np.linalg.svd(w, compute_uv=False)[:3]  # the map's nonzero singular values are equal (orthonormal factors)
+    np.testing.assert_allclose(sv, sv[0], rtol=1e-3)
+    rng = np.random.default_rng(0)
+    from atlas_data.synthetic.learnability import _haar
+
+    q = _haar(rng, 16, 16)
+    np.testing.assert_allclose(q.T @ q, np.eye(16), atol=1e-12)
+
+
+def test_an_unknown_generator_is_refused_by_name():
+    with pytest.raises(
+        ConfigError, match=r"learnability\.generator: expected one of gaussian, orthogonal, got 'uniform'"
+    ):
+        LearnabilityConfig(generator="uniform")

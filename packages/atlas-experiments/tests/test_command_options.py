@@ -64,9 +64,12 @@ def test_a_required_option_must_be_present():
 def test_run_task_runs_the_command_in_process(tmp_path):
     out = tmp_path / "learn.json"
     options = {"settings": "1", "dim": 8, "seq_len": 33, "rank": 2, "memories": "2x1", "bins": 4, "seed": 5,
-               "threads": 1, "out": str(out), "no_track": True, "no_progress": True}  # fmt: skip
+               "generator": "orthogonal", "threads": 1, "out": str(out), "no_track": True,
+               "no_progress": True}  # fmt: skip
     assert run_task("learnability", options, where="test") == 0
     import json
 
     result = json.loads(out.read_text())
     assert result["task"] == "learnability" and "final_loss/layers=2/exp=1/1_low_rank" in result["metrics"]
+    assert result["protocol"]["stream"]["generator"] == "orthogonal"
+    assert any("Haar orthogonal weights" in d for d in result["deviations"])

@@ -104,3 +104,8 @@ def test_real_baselines_are_computed_from_the_protocol(monkeypatch):
     base = gates.learnability_mean_baselines(small, [1], "final_loss")
     _, out = generate_stream("mlp", LearnabilityConfig(**small), seed=np.random.default_rng([1, 0, 1]))
     assert base["mlp"] == pytest.approx(float(mean_predictor_losses(out)[-6:].mean()))
+    # the gate regenerates the streams the runs trained on, with the protocol's generator
+    other = gates.learnability_mean_baselines({**small, "generator": "orthogonal"}, [1], "final_loss")
+    ortho = LearnabilityConfig(**small, generator="orthogonal")
+    _, out = generate_stream("mlp", ortho, seed=np.random.default_rng([1, 0, 1]))
+    assert other["mlp"] == pytest.approx(float(mean_predictor_losses(out)[-6:].mean())) and other != base

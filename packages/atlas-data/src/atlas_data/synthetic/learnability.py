@@ -13,6 +13,12 @@ target functions, as this package reads them (the paper gives one line each; sca
     4 attention_inputs_mlp  the same attention, but the memory reads the attention output: i_j = a_j, o_j = MLP(a_j)
     5 swa_mlp               3 with sliding-window attention over the last `window` positions (paper: 512)
 
+`generator` picks how the random quantities above are drawn, so that a finding can be checked on a second stream
+family with the same five definitions. "gaussian" (default) is the list above. "orthogonal": inputs uniform on the
+sphere of radius sqrt(d) (same scale, no radial spread), every square weight a random orthogonal matrix (Haar;
+singular values all 1 instead of the Marchenko-Pastur spread of N(0, 1/d) entries), the low-rank map X Y with
+orthonormal factors (rank k, singular values 1). Attention, GELU and the standardisation are the same.
+
 With `standardize` (default) the inputs and the outputs of each stream are divided by one scalar each, their root
 mean square over the stream, so every setting reaches the memory at unit scale per coordinate (the attention
 outputs of settings 3-5 are otherwise ~20x smaller than the raw inputs); the normalised loss is unchanged by the
@@ -32,17 +38,20 @@ from atlas_data.errors import ConfigError
 from atlas_data.synthetic import as_rng
 
 LEARNABILITY_SETTINGS = ("low_rank", "mlp", "attention_mlp", "attention_inputs_mlp", "swa_mlp")
+GENERATORS = ("gaussian", "orthogonal")
 
 
 @dataclass(frozen=True)
 class LearnabilityConfig:
-    """Stream sizes: dimension d (paper: 256), length T, rank k of setting 1, window of setting 5 (paper: 512)."""
+    """Stream sizes: dimension d (paper: 256), length T, rank k of setting 1, window of setting 5 (paper: 512); the
+    `generator` of the random inputs and weights (module docstring)."""
 
     dim: int = 256
     seq_len: int = 2048
     rank: int = 16
     window: int = 512
     standardize: bool = True
+    generator: str = "gaussian"
 
     def __post_init__(self) -> None:
         for name in ("dim", "seq_len", "rank", "window"):
@@ -51,8 +60,12 @@ class LearnabilityConfig:
                 raise ConfigError(f"learnability.{name}: expected an int >= 1, got {value!r}")
         if self.rank > self.dim:
             raise ConfigError(f"learnability.rank: expected <= dim={self.dim}, got {self.rank}")
+        if self.generator not in GENERATORS:
+            raise ConfigError(
+                f"learnability.generator: expected one of {', '.join(GENERATORS)}, got {self.generator!r}"
+            )
 
-    def to_dict(self) -> dict[str, int | bool]:
+    def to_dict(self) -> dict[str, int | bool | str]:
         return asdict(self)
 
 
@@ -101,21 +114,29 @@ def generate_stream(
     name = setting_name(setting)
     rng = as_rng(seed)
     d, t = cfg.dim, cfg.seq_len
+    orthogonal = cfg.generator == "orthogonal"
     x = rng.standard_normal((t, d))
+    if orthogonal:  # uniform on the sphere of radius sqrt(d): the Gaussian's scale without its radial spread
+        x *= np.sqrt(d) / np.linalg.norm(x, axis=1, keepdims=True)
+
+    def square() -> np.ndarray:  # N(0, 1/d) entries, or Haar orthogonal (the same scale per coordinate)
+        return _haar(rng, d, d) if orthogonal else rng.standard_normal((d, d)) / np.sqrt(d)
 
     def mlp(z: np.ndarray) -> np.ndarray:
-        w1 = rng.standard_normal((d, d)) / np.sqrt(d)
-        w2 = rng.standard_normal((d, d)) / np.sqrt(d)
+        w1, w2 = square(), square()
         return _gelu(z @ w1) @ w2
 
     if name == "low_rank":
-        xk = rng.standard_normal((d, cfg.rank)) / np.sqrt(d)
-        yk = rng.standard_normal((cfg.rank, d)) / np.sqrt(cfg.rank)
+        if orthogonal:
+            xk, yk = _haar(rng, d, cfg.rank), _haar(rng, d, cfg.rank).T
+        else:
+            xk = rng.standard_normal((d, cfg.rank)) / np.sqrt(d)
+            yk = rng.standard_normal((cfg.rank, d)) / np.sqrt(cfg.rank)
         inputs, outputs = x, x @ (xk @ yk)
     elif name == "mlp":
         inputs, outputs = x, mlp(x)
     else:
-        wq, wk, wv = (rng.standard_normal((d, d)) / np.sqrt(d) for _ in range(3))
+        wq, wk, wv = (square() for _ in range(3))
         window = cfg.window if name == "swa_mlp" else None
         attn = _causal_attention(x @ wq, x @ wk, x @ wv, window)
         inputs = attn if name == "attention_inputs_mlp" else x
@@ -124,6 +145,13 @@ def generate_stream(
         inputs = inputs / np.sqrt(np.mean(inputs**2))
         outputs = outputs / np.sqrt(np.mean(outputs**2))
     return inputs.astype(np.float32), outputs.astype(np.float32)
+
+
+def _haar(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """A [rows, cols] matrix with orthonormal columns (cols <= rows), Haar-distributed: QR of a Gaussian matrix
+    with the signs of R's diagonal moved into Q."""
+    q, r = np.linalg.qr(rng.standard_normal((rows, cols)))
+    return q * np.sign(np.diag(r))[None, :]
 
 
 def mean_predictor_losses(outputs: np.ndarray) -> np.ndarray:

@@ -95,6 +95,12 @@ def register_subcommands(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--seq-len", type=int, default=2048, help="stream length T (default 2048)")
     g.add_argument("--rank", type=int, default=16, help="rank k of setting 1 (default 16)")
     g.add_argument("--window", type=int, default=512, help="SWA window of setting 5 (paper 512)")
+    g.add_argument(
+        "--generator",
+        default="gaussian",
+        choices=("gaussian", "orthogonal"),
+        help="how inputs and random weights are drawn: gaussian (default) or orthogonal (a second stream family)",
+    )
     m = p.add_argument_group("memory")
     m.add_argument("--memories", default="2x1,2x4,3x1,3x4", help="hidden LAYERSxEXPANSION configs (Fig. 6a-d)")
     m.add_argument("--optimizer", default="adam", choices=("adam", "rmsprop", "sgd"), help="inner optimizer")
@@ -255,7 +261,9 @@ def run_learnability_command(args: argparse.Namespace) -> int:
     from atlas_experiments.evaluation.synthetic_train import figure_path, parse_list, torch_threads
 
     protocol = LearnabilityProtocol(
-        stream=LearnabilityConfig(dim=args.dim, seq_len=args.seq_len, rank=args.rank, window=args.window),
+        stream=LearnabilityConfig(
+            dim=args.dim, seq_len=args.seq_len, rank=args.rank, window=args.window, generator=args.generator
+        ),
         settings=parse_settings(parse_list(args.settings, str, "--settings")),
         memories=parse_memories(args.memories),
         optimizer=args.optimizer,

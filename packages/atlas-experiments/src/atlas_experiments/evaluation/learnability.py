@@ -98,9 +98,14 @@ class LearnabilityProtocol:
             dev.append(f"d = {s.dim} (paper: 256)")
         if s.window != 512:
             dev.append(f"SWA window {s.window} (paper: 512)")
+        drawn = (
+            "N(0, I) inputs and N(0, 1/d) weights"
+            if s.generator == "gaussian"
+            else ("inputs on the sphere of radius sqrt(d) and Haar orthogonal weights (the second generator)")
+        )
         dev.append(
-            f"stream length {s.seq_len}, rank k = {s.rank}, {self.optimizer} lr {self.lr:g}, weight scales and "
-            "input distribution N(0, I): not stated in the paper (our choices)"
+            f"stream length {s.seq_len}, rank k = {s.rank}, {self.optimizer} lr {self.lr:g}, {drawn}: weight scales "
+            "and input distribution are not stated in the paper (our choices)"
         )
         if set(self.memories) != set(PAPER_CONFIGS):
             dev.append(f"memory configs {[memory_label(*m) for m in self.memories]} (paper: 2/3 layers x exp 1/4)")

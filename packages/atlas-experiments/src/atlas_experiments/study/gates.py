@@ -180,7 +180,10 @@ def learnability_mean_baselines(args: Mapping[str, Any], seeds: Sequence[int], m
     )
     from atlas_experiments.evaluation.learnability import final_window
 
-    cfg = LearnabilityConfig(**{k: int(args[k]) for k in ("dim", "seq_len", "rank", "window") if k in args})
+    cfg = LearnabilityConfig(
+        **{k: int(args[k]) for k in ("dim", "seq_len", "rank", "window") if k in args},
+        generator=str(args.get("generator", "gaussian")),
+    )
     repeats = int(args.get("repeats", 1))
     tail = final_window(cfg.seq_len) if metric == "final_loss" else cfg.seq_len
     out = {}
