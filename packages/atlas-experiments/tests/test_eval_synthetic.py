@@ -216,18 +216,25 @@ def test_sweep_settings_take_the_protocols_shared_fields():
         st.TrainSettings.for_sweep(mad, lr=0.0)
 
 
-def test_mqar_picks_the_lr_on_a_validation_split_and_records_the_curve():
-    """With a validation split the lr sweep selects on it (never on the test set), the learning curve is recorded,
-    and validating along the way changes neither the training nor the test scores."""
+def test_mqar_picks_the_lr_on_a_validation_split_and_records_the_curve(caplog):
+    """With a validation split the lr sweep selects on it (never on the test set), the learning curve is recorded
+    (and logged point by point), and validating along the way changes neither the training nor the test scores."""
     from atlas_experiments.evaluation.mqar import MQARProtocol, run_mqar
 
     base = dict(settings=((16, 2),), vocab_size=32, widths=(16,), layers=1, steps=30, batch_size=8,
                 lrs=(3e-3, 1e-2), test_examples=32)  # fmt: skip
     models = [st.ModelChoice("transformer_pp", "transformer_pp")]
     plain = run_mqar(models, MQARProtocol(**base), progress=False)
-    curved = run_mqar(models, MQARProtocol(**base, val_examples=32, eval_every=10), progress=False)
+    with caplog.at_level("INFO", logger="atlas.eval"):
+        curved = run_mqar(models, MQARProtocol(**base, val_examples=32, eval_every=10), progress=False)
     runs = {r["lr"]: r for r in curved.details["runs"]}
     assert [s for s, _ in runs[3e-3]["curve"]] == [10, 20, 30]
+    logged = [m for m in caplog.messages if "validation accuracy" in m]
+    assert (
+        len(logged) == 6
+        and logged[1]
+        == f"mqar transformer_pp/d=16 lr=0.003 step 20: validation accuracy {runs[3e-3]['curve'][1][1]:.3f}"
+    )
     assert {lr: r["mean_acc"] for lr, r in runs.items()} == {r["lr"]: r["mean_acc"] for r in plain.details["runs"]}
     (row,) = curved.details["table"]
     assert row["best_lr"] == max(runs, key=lambda lr: (runs[lr]["val_acc"], -lr))

@@ -240,9 +240,11 @@ def run_mqar(
                 settings = TrainSettings.for_sweep(protocol, lr=lr)
                 curve: list[list[float]] = []
 
-                def validate(step: int, module, curve=curve) -> None:
+                def validate(step: int, module, curve=curve, key=key, lr=lr) -> None:
                     accs = [evaluate(module, d, batch_size=protocol.eval_batch_size, device=device) for d in val]
                     curve.append([step, mean_accuracy(accs)])
+                    # a line per point, so that a run of hours shows where it is in its log (with --no-progress too)
+                    log.info("mqar %s lr=%g step %d: validation accuracy %.3f", key, lr, step, curve[-1][1])
 
                 summary = fit(
                     model, train, settings, seed=seed, device=device, progress=progress, desc=f"mqar {key} lr={lr:g}",
