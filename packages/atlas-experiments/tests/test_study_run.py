@@ -159,6 +159,9 @@ def test_jobs_run_and_the_verdicts_follow_the_rule(tmp_path):
     assert main(["study", "run", *common, "--job", "mqar_tiny/gdn/seed1", "--no-track"]) == 0
     result = json.loads((root / "mqar_tiny" / "gdn" / "seed1.json").read_text())
     assert "acc/gdn/d=16" in result["metrics"] and result["protocol"]["seed"] == 1
+    # the figures take the finished result's name, nothing beside it reads as unfinished
+    assert sorted(p.name for p in (root / "mqar_tiny" / "gdn").iterdir()) == ["seed1.json", "seed1.png"]
+    assert result["details"]["figures"] == [str(root / "mqar_tiny" / "gdn" / "seed1.png")]
     registry = parse_claims(tiny_claims())
     records = {r["claim"]: r for r in judge_all(registry, root, ["cpu"])}
     assert records["a.mqar"]["verdict"] == "not run" and "mqar_tiny/tpp/seed1" in records["a.mqar"]["why"]

@@ -65,9 +65,25 @@ def finalize(job: Job, root: str | Path, wall_s: float) -> Path:
         "wall_s": round(wall_s, 1),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    data.setdefault("details", {})["figures"] = _final_figures(
+        data.get("details", {}).get("figures", []), partial, job.result(root)
+    )
     out = write_json_atomic(job.result(root), data)
     partial.unlink(missing_ok=True)
     return out
+
+
+def _final_figures(figures: list[str], partial: Path, final: Path) -> list[str]:
+    """The command named its figures after the partial file (`seed3.partial.png`): give them the result's name
+    (`seed3.png`), so that what sits beside a finished result does not read as unfinished."""
+    stem, renamed = partial.name.removesuffix(".json"), []
+    for figure in map(Path, figures):
+        if figure.parent == partial.parent and figure.name.startswith(stem) and figure.is_file():
+            target = figure.with_name(final.stem + figure.name[len(stem) :])
+            figure.replace(target)
+            figure = target
+        renamed.append(str(figure))
+    return renamed
 
 
 def load(job: Job, root: str | Path) -> dict[str, Any]:
