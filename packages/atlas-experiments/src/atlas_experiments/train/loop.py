@@ -96,6 +96,16 @@ def evaluate(model, cfg: TrainConfig, manifest, info: DistInfo) -> float:
     return (total[0] / total[1].clamp(min=1)).item()
 
 
+@dataclass
+class _Counters:
+    """Where a run stands: optimizer steps, tokens, skipped steps (and the current run of them in a row)."""
+
+    step: int = 0
+    tokens: int = 0
+    skipped: int = 0
+    consecutive: int = 0
+
+
 def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_dict: dict | None = None) -> TrainResult:
     """Run (or resume) training into `out_dir`. resume: 'auto' (newest checkpoint if any) | 'never' | a path."""
     from atlas_data.loader import TokenWindowLoader
@@ -113,6 +123,11 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
     tracker: tracking.Tracker = tracking.Tracker()
     status = "FAILED"
     try:
+        ckpt_root = out / "checkpoints"
+        finished = _finished_run(ckpt_root / "final", cfg, out) if resume == "auto" else None
+        if finished is not None:
+            status = "FINISHED"
+            return finished
         manifest = load_manifest(cfg.data.path, verify=cfg.data.verify)
         # every checkpoint carries its tokenizer, so a checkpoint directory alone is enough for lm-eval
         tokenizer = load_tokenizer(cfg.data.path) if info.is_main else None
@@ -127,45 +142,14 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
             manifest, cfg.data.train_split, cfg.data.seq_len, cfg.micro_batch, seed=cfg.seed, rank=info.rank,
             world_size=info.world_size, return_pairs=True,
         )  # fmt: skip
-
-        step, tokens, skipped, consecutive = 0, 0, 0, 0
-        ckpt_root = out / "checkpoints"
-        final = ckpt_root / "final"
-        if resume == "auto" and (final / "COMPLETE").is_file():
-            done = ckpt.load_trainer_state(final)
-            if done["step"] >= cfg.total_steps:
-                log.info("%s already holds a finished run (step %d); nothing to do", out, done["step"])
-                status = "FINISHED"
-                return TrainResult(out, done["step"], done["tokens"], None, None, done["skipped"], None)
-        start = None if resume == "never" else (Path(resume) if resume != "auto" else ckpt.latest_checkpoint(ckpt_root))
-        if start is not None:
-            state = ckpt.load_trainer_state(start)
-            load_full_state_dicts(
-                model, optimizer, ckpt.load_model_state(start), state["optimizer"], cfg.distributed, info
-            )
-            loader.load_state_dict(state["loader"])
-            ckpt.set_rng_state(state["rng"])
-            step, tokens, skipped = state["step"], state["tokens"], state["skipped"]
-            log.info("resumed from %s at step %d", start, step)
+        counters = _Counters()
+        start = _resume(resume, ckpt_root, cfg, info, model, optimizer, loader, counters)
 
         metrics = MetricsFile(out / "metrics.jsonl") if info.is_main else None
         if metrics is not None:
-            metrics.truncate_after(step)
+            metrics.truncate_after(counters.step)
         if info.is_main and cfg.tracking.enabled:
-            tracker = tracking.open_tracker(
-                True,
-                tracking.resolve_tracking_uri(cfg.tracking.uri, out.parent),
-                cfg.tracking.experiment,
-                cfg.tracking.run_name or out.name,
-                out,
-                {
-                    **tracking.standard_tags(resolved, info.world_size),
-                    **cfg.tracking.tags,
-                    **({tracking.PARENT_TAG: tracking.read_parent(cfg.tracking.parent)} if cfg.tracking.parent else {}),
-                },
-                resume=start is not None,
-            )
-            tracker.log_params(tracking.flatten(resolved) if start is None else {})
+            tracker = _open_tracker(cfg, resolved, out, info, resumed=start is not None)
         log.info(
             "training %s/%s: %d steps, grad_accum %d, world %d, %.3g FLOPs/token, device %s",
             cfg.model.preset, cfg.model.size, cfg.total_steps, accum, info.world_size, fpt, info.device,
@@ -175,8 +159,9 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
             model_state, optim_state = full_state_dicts(model, optimizer, cfg.distributed, info)
             if info.is_main:
                 trainer_state = {
-                    "step": step, "tokens": tokens, "skipped": skipped, "optimizer": optim_state,
-                    "loader": loader.state_dict(), "rng": ckpt.rng_state(), "config": resolved,
+                    "step": counters.step, "tokens": counters.tokens, "skipped": counters.skipped,
+                    "optimizer": optim_state, "loader": loader.state_dict(), "rng": ckpt.rng_state(),
+                    "config": resolved,
                 }  # fmt: skip
                 ckpt.save_checkpoint(
                     ckpt_root, name, unwrap(model), trainer_state, keep, model_state=model_state, tokenizer=tokenizer
@@ -184,45 +169,20 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
             barrier(info)
 
         batches = iter(loader)
-        progress = _progress(cfg.total_steps, step, info)
+        progress = _progress(cfg.total_steps, counters.step, info)
         model.train()
         last_loss, last_val = None, None
-        t_last, tokens_last = time.perf_counter(), tokens
-        while step < cfg.total_steps:
-            lr = lr_at(step, cfg.optim, cfg.total_steps)
-            set_lr(optimizer, lr)
-            optimizer.zero_grad(set_to_none=True)
-            loss_sum = torch.zeros((), device=info.device)
-            for micro in range(accum):
-                x, y = next(batches)
-                sync = micro == accum - 1 or not hasattr(model, "no_sync")
-                with contextlib.nullcontext() if sync else model.no_sync(), _autocast(cfg, info.device):
-                    loss = lm_loss(model, x.to(info.device), y.to(info.device)) / accum
-                loss.backward()
-                loss_sum += loss.detach()
-            loss_val = all_reduce_mean(loss_sum, info).item()
-            clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
-            if math.isfinite(loss_val) and math.isfinite(grad_norm):
-                optimizer.step()
-                consecutive = 0
-            else:
-                skipped += 1
-                consecutive += 1
-                log.warning("step %d: non-finite loss %s / grad norm %s, update skipped", step + 1, loss_val, grad_norm)
-                if cfg.max_consecutive_skips and consecutive >= cfg.max_consecutive_skips:
-                    raise NonFiniteLossError(
-                        f"{consecutive} consecutive non-finite steps (up to step {step + 1}); the last good "
-                        f"checkpoint in {ckpt_root} is intact"
-                    )
-            step += 1
-            tokens += cfg.global_batch_tokens
+        t_last, tokens_last = time.perf_counter(), counters.tokens
+        while counters.step < cfg.total_steps:
+            lr = lr_at(counters.step, cfg.optim, cfg.total_steps)
+            loss_val, grad_norm = _optimizer_step(model, optimizer, batches, cfg, info, accum, lr, counters, ckpt_root)
             now = time.perf_counter()
-            tps = (tokens - tokens_last) / max(now - t_last, 1e-9)
-            t_last, tokens_last = now, tokens
+            tps = (counters.tokens - tokens_last) / max(now - t_last, 1e-9)
+            t_last, tokens_last = now, counters.tokens
+            step = counters.step
             record: dict[str, Any] = {
-                "step": step, "tokens": tokens, "loss": loss_val, "lr": lr, "grad_norm": grad_norm,
-                "tokens_per_s": tps, "mfu": tps * fpt / peak, "skipped_steps": skipped,
+                "step": step, "tokens": counters.tokens, "loss": loss_val, "lr": lr, "grad_norm": grad_norm,
+                "tokens_per_s": tps, "mfu": tps * fpt / peak, "skipped_steps": counters.skipped,
             }  # fmt: skip
             if info.device.type == "cuda":
                 record["max_memory_gb"] = torch.cuda.max_memory_allocated(info.device) / 2**30
@@ -245,23 +205,113 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: str = "auto", config_di
             progress.close()
         save("final", None)
         if info.is_main:
-            _write_loss_curve(out)
             if metrics is not None:
                 metrics.close()
-            tracker.log_artifact(out / "config.json")
-            if (out / "loss_curve.png").is_file():
-                tracker.log_artifact(out / "loss_curve.png")
-            tracker.set_tags({"final_checkpoint": str((ckpt_root / "final").resolve())})
-            if cfg.tracking.artifact_checkpoint:
-                tracker.log_artifact(ckpt_root / "final", "checkpoint")
+            _close_run(out, ckpt_root, cfg, tracker)
         status = "FINISHED"
-        return TrainResult(out, step, tokens, last_loss, last_val, skipped, tracker.run_id)
+        return TrainResult(out, counters.step, counters.tokens, last_loss, last_val, counters.skipped, tracker.run_id)
     finally:
         tracker.end(status)
         if handler is not None:
             logging.getLogger("atlas").removeHandler(handler)
             handler.close()
         shutdown(info)
+
+
+def _finished_run(final: Path, cfg: TrainConfig, out: Path) -> TrainResult | None:
+    """The result of a run whose final checkpoint already holds every step (nothing to do), else None."""
+    if not (final / "COMPLETE").is_file():
+        return None
+    done = ckpt.load_trainer_state(final)
+    if done["step"] < cfg.total_steps:
+        return None
+    log.info("%s already holds a finished run (step %d); nothing to do", out, done["step"])
+    return TrainResult(out, done["step"], done["tokens"], None, None, done["skipped"], None)
+
+
+def _resume(resume: str, ckpt_root: Path, cfg: TrainConfig, info: DistInfo, model, optimizer, loader,
+            counters: _Counters) -> Path | None:  # fmt: skip
+    """Restore model, optimizer, loader position, RNG states and counters from the checkpoint `resume` names
+    ('auto': the newest complete one, if any; 'never': none); the checkpoint used, or None."""
+    start = None if resume == "never" else (Path(resume) if resume != "auto" else ckpt.latest_checkpoint(ckpt_root))
+    if start is None:
+        return None
+    state = ckpt.load_trainer_state(start)
+    load_full_state_dicts(model, optimizer, ckpt.load_model_state(start), state["optimizer"], cfg.distributed, info)
+    loader.load_state_dict(state["loader"])
+    ckpt.set_rng_state(state["rng"])
+    counters.step, counters.tokens, counters.skipped = state["step"], state["tokens"], state["skipped"]
+    log.info("resumed from %s at step %d", start, counters.step)
+    return start
+
+
+def _open_tracker(cfg: TrainConfig, resolved: dict, out: Path, info: DistInfo, *, resumed: bool):
+    """The run's MLflow tracker (resumed runs continue their run and log no params again)."""
+    from atlas_experiments import tracking
+
+    tags = {
+        **tracking.standard_tags(resolved, info.world_size),
+        **cfg.tracking.tags,
+        **({tracking.PARENT_TAG: tracking.read_parent(cfg.tracking.parent)} if cfg.tracking.parent else {}),
+    }
+    tracker = tracking.open_tracker(
+        True,
+        tracking.resolve_tracking_uri(cfg.tracking.uri, out.parent),
+        cfg.tracking.experiment,
+        cfg.tracking.run_name or out.name,
+        out,
+        tags,
+        resume=resumed,
+    )
+    tracker.log_params(tracking.flatten(resolved) if not resumed else {})
+    return tracker
+
+
+def _optimizer_step(model, optimizer, batches, cfg: TrainConfig, info: DistInfo, accum: int, lr: float,
+                    counters: _Counters, ckpt_root: Path) -> tuple[float, float]:  # fmt: skip
+    """One optimizer step over `accum` micro-batches (DDP syncs on the last); a step whose loss or gradient is not
+    finite is skipped and counted, and too many in a row raise `NonFiniteLossError`. Returns (loss, grad norm)."""
+    set_lr(optimizer, lr)
+    optimizer.zero_grad(set_to_none=True)
+    loss_sum = torch.zeros((), device=info.device)
+    for micro in range(accum):
+        x, y = next(batches)
+        sync = micro == accum - 1 or not hasattr(model, "no_sync")
+        with contextlib.nullcontext() if sync else model.no_sync(), _autocast(cfg, info.device):
+            loss = lm_loss(model, x.to(info.device), y.to(info.device)) / accum
+        loss.backward()
+        loss_sum += loss.detach()
+    loss_val = all_reduce_mean(loss_sum, info).item()
+    clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
+    if math.isfinite(loss_val) and math.isfinite(grad_norm):
+        optimizer.step()
+        counters.consecutive = 0
+    else:
+        counters.skipped += 1
+        counters.consecutive += 1
+        log.warning(
+            "step %d: non-finite loss %s / grad norm %s, update skipped", counters.step + 1, loss_val, grad_norm
+        )
+        if cfg.max_consecutive_skips and counters.consecutive >= cfg.max_consecutive_skips:
+            raise NonFiniteLossError(
+                f"{counters.consecutive} consecutive non-finite steps (up to step {counters.step + 1}); the last good "
+                f"checkpoint in {ckpt_root} is intact"
+            )
+    counters.step += 1
+    counters.tokens += cfg.global_batch_tokens
+    return loss_val, grad_norm
+
+
+def _close_run(out: Path, ckpt_root: Path, cfg: TrainConfig, tracker) -> None:
+    """After the final checkpoint (rank 0): the loss curve, and the run's artifacts and final tag in MLflow."""
+    _write_loss_curve(out)
+    tracker.log_artifact(out / "config.json")
+    if (out / "loss_curve.png").is_file():
+        tracker.log_artifact(out / "loss_curve.png")
+    tracker.set_tags({"final_checkpoint": str((ckpt_root / "final").resolve())})
+    if cfg.tracking.artifact_checkpoint:
+        tracker.log_artifact(ckpt_root / "final", "checkpoint")
 
 
 def _progress(total: int, initial: int, info: DistInfo):
