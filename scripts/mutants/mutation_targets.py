@@ -112,8 +112,8 @@ MODULES: dict[str, Module] = {
         ),
         f"{EXP}/tests",
         scope=(
-            ("step, tokens, skipped, consecutive = 0, 0, 0, 0", 'log.info("resumed from'),
-            ("metrics.truncate_after(step)", "metrics.truncate_after(step)"),
+            ("def _finished_run(", 'log.info("resumed from'),
+            ("metrics.truncate_after(counters.step)", "metrics.truncate_after(counters.step)"),
             ("def save(name: str, keep: int | None)", "barrier(info)"),
             ("if cfg.checkpoint_interval and step %", "save(ckpt.step_name(step)"),
             ('save("final", None)', 'save("final", None)'),
