@@ -271,13 +271,17 @@ def report_command(args: argparse.Namespace) -> int:
     baselines = report_v2.Baselines(registry)
     v2 = report_v2.judge_v2(registry, scales, root=args.root, baselines=baselines)
     fresh = [r for r in v2 if registry.protocols[r["protocol"]].registered >= registry.rule_v2_registered]
+    # rule v1 and the re-reading speak of the claims whose protocols were registered before rule v2, only
+    v2_only = {r["claim"] for r in fresh}
+    records = [r for r in records if r["claim"] not in v2_only]
     seen = [r for r in v2 if r not in fresh and "comparisons" in r]
     rejudged, v1, v1_source = (seen or None), records, "the results present"
     if args.v1_record:
         record = json.loads(Path(args.v1_record).read_text())
-        rejudged = report_v2.judge_v2(registry, scales, record=record, baselines=baselines)
-        if not done:  # no fresh results: rule v1's verdicts are the record's
-            v1, v1_source = record, f"from `{args.v1_record}`"
+        rejudged = [r for r in report_v2.judge_v2(registry, scales, record=record, baselines=baselines)
+                    if r["claim"] not in v2_only]  # fmt: skip
+        if not any(registry.protocols[j.protocol.name].registered < registry.rule_v2_registered for j in done):
+            v1, v1_source = record, f"from `{args.v1_record}`"  # no fresh v1-protocol results: the record's
     header = "\n\n".join(x for x in (provenance(args.root, done, args.out), coverage) if x)
     others = [r for r in records if r["verdict"] in ("other scale", "not testable")]
     text = report_v2.render(registry, scales, fresh=fresh, rejudged=rejudged, v1=v1, v1_source=v1_source,
