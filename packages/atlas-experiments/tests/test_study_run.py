@@ -378,3 +378,20 @@ def test_plan_prints_cpu_hours_and_seeds_from_power(tmp_path, capsys):
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
     assert rows["a.mqar"][1:5] == ["1", "0.09", "0.05", "7"]  # one comparison at sd 0.09: 7 seeds (power 0.81)
     assert rows["b.learn"][4] == "5" and "no pilot sd" in " ".join(rows["b.learn"])
+
+
+def test_the_committed_verdicts_regenerate_from_the_committed_results(tmp_path):
+    """`reports/study/verdicts.json` is what `atlas study report` makes of `reports/study/runs` and the v1 record:
+    the fresh learnability v2 verdicts under rule v2, and rule v1 / the re-reading only for claims registered before
+    rule v2 (a v2 claim never appears under rule v1)."""
+    out = tmp_path / "report"
+    argv = ["study", "report", "--root", str(ROOT / "reports/study/runs"), "--out", str(out),
+            "--v1-record", str(ROOT / "reports/study/v1/verdicts.json")]  # fmt: skip
+    assert main(argv) == 0
+    made, committed = (json.loads(p.read_text()) for p in (out / "verdicts.json", ROOT / "reports/study/verdicts.json"))
+    verdicts = lambda rows: {r["claim"]: r["verdict"] for r in rows}  # noqa: E731
+    for key in ("rule_v2", "v1_data_rule_v2", "rule_v1"):
+        assert verdicts(made[key]) == verdicts(committed[key]), key
+    fresh = verdicts(made["rule_v2"])
+    assert len(fresh) == 10 and all(c.startswith("learnability_v2") for c in fresh)
+    assert not set(fresh) & (set(verdicts(made["rule_v1"])) | set(verdicts(made["v1_data_rule_v2"])))
