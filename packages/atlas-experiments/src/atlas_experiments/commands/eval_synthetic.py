@@ -26,6 +26,7 @@ CPU_MEMORY_EXPANSION = 2
 
 
 def register_subcommands(sub: argparse._SubParsersAction) -> None:
+    from atlas_data.synthetic.learnability import GENERATORS
     from atlas_experiments.evaluation.synthetic_train import add_run_options
 
     p = sub.add_parser(
@@ -98,7 +99,7 @@ def register_subcommands(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--generator",
         default="gaussian",
-        choices=("gaussian", "orthogonal"),
+        choices=GENERATORS,
         help="how inputs and random weights are drawn: gaussian (default) or orthogonal (a second stream family)",
     )
     m = p.add_argument_group("memory")

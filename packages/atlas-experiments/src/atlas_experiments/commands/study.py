@@ -280,7 +280,7 @@ def report_command(args: argparse.Namespace) -> int:
         record = json.loads(Path(args.v1_record).read_text())
         rejudged = [r for r in report_v2.judge_v2(registry, scales, record=record, baselines=baselines)
                     if r["claim"] not in v2_only]  # fmt: skip
-        if not any(registry.protocols[j.protocol.name].registered < registry.rule_v2_registered for j in done):
+        if not any(j.protocol.registered < registry.rule_v2_registered for j in done):
             v1, v1_source = record, f"from `{args.v1_record}`"  # no fresh v1-protocol results: the record's
     header = "\n\n".join(x for x in (provenance(args.root, done, args.out), coverage) if x)
     others = [r for r in records if r["verdict"] in ("other scale", "not testable")]

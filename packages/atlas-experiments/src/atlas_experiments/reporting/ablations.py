@@ -83,7 +83,7 @@ def current_cells(runs: list[dict], cells: TableCells | None) -> dict[str, list[
         if is_cell(run):
             tracked[run["experiment"].removeprefix("ablation_")][run["run_name"]] = run
     if cells is None:
-        members = {axis: [Cell(n, tagged_values(r), r) for n, r in runs.items()] for axis, runs in tracked.items()}
+        members = {axis: [Cell(n, tagged_values(r), r) for n, r in named.items()] for axis, named in tracked.items()}
     else:
         members = {
             axis: [Cell(n, dict(v), tracked[axis].get(n)) for n, v in rows.items()] for axis, rows in cells.items()
