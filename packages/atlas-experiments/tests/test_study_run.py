@@ -14,7 +14,7 @@ from atlas_experiments.commands.eval import task_parser
 from atlas_experiments.commands.options import options_namespace
 from atlas_experiments.study import pilot
 from atlas_experiments.study.claims import load_claims, parse_claims
-from atlas_experiments.study.execute import lm_train_config, run_job
+from atlas_experiments.study.execute import lm_train_config, resume_folder, run_job
 from atlas_experiments.study.plan import Job, metric_key, plan_jobs
 from atlas_experiments.study.report import judge_all, render
 from atlas_experiments.study.results import ResultError, arm_values, config_hash, finalize, partial_path
@@ -310,8 +310,11 @@ def test_a_job_stopped_before_its_result_is_final_runs_again_to_the_same_result(
         run_job(job, killed)
     monkeypatch.undo()
     assert results.partial_path(job, killed).is_file() and not job.result(killed).exists()
+    # the command's finished training run waits in the job's snapshot folder: the rerun does not train it again
+    assert list(resume_folder(job, killed).glob("*.json"))
     assert pending_jobs([job], killed) == ([job], [])
     run_job(job, killed)
+    assert not resume_folder(job, killed).exists(), "a final result keeps no snapshot folder"
     run_job(job, clean)
     assert pending_jobs([job], killed) == ([], [])
     assert not results.partial_path(job, killed).exists()

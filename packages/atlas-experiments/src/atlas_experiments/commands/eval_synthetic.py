@@ -56,6 +56,14 @@ def register_subcommands(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--batch-size", type=int, default=32, help="sequences per step (default 32)")
     t.add_argument("--lrs", default="3e-3", help="learning-rate sweep, best-of (default 3e-3)")
     t.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay (default 0.1)")
+    t.add_argument(
+        "--resume-dir",
+        help="keep each run's snapshot and result here: a rerun skips finished runs and continues the unfinished "
+        "one from its last snapshot (the numbers of an uninterrupted run)",
+    )
+    t.add_argument(
+        "--snapshot-every", type=int, default=250, help="with --resume-dir: steps between snapshots (default 250)"
+    )
     add_run_options(p, "results/eval/mqar.json")
     p.set_defaults(handler=run_mqar_command)
 
@@ -164,6 +172,7 @@ def _finish(result: EvalResult, args: argparse.Namespace, figures: Sequence[Path
 def run_mqar_command(args: argparse.Namespace) -> int:
     from atlas_experiments.devices import resolve_device
     from atlas_experiments.evaluation.mqar import MQARProtocol, plot_mqar, plot_mqar_curves, run_mqar
+    from atlas_experiments.evaluation.resume import ResumeDir
     from atlas_experiments.evaluation.synthetic_train import figure_path, parse_list, parse_models, torch_threads
 
     if args.settings:
@@ -200,8 +209,9 @@ def run_mqar_command(args: argparse.Namespace) -> int:
     )
     models = parse_models(args.models, args.size)
     device = resolve_device(args.device)
+    resume = ResumeDir(args.resume_dir, args.snapshot_every) if args.resume_dir else None
     with torch_threads(args.threads):
-        result = run_mqar(models, protocol, seed=args.seed, device=device, progress=not args.no_progress)
+        result = run_mqar(models, protocol, seed=args.seed, device=device, progress=not args.no_progress, resume=resume)
     figures = [plot_mqar(result, figure_path(args.out))]
     curves = plot_mqar_curves(result, figure_path(args.out, "_curves"))
     figures += [curves] if curves else []

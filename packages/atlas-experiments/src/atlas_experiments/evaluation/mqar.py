@@ -21,6 +21,7 @@ import torch
 
 from atlas_data.synthetic.mqar import MQARConfig, generate_mqar
 from atlas_experiments.evaluation.results import EvalResult
+from atlas_experiments.evaluation.resume import ResumeDir
 from atlas_experiments.evaluation.synthetic_train import (
     ModelChoice,
     TrainSettings,
@@ -209,8 +210,12 @@ def run_mqar(
     seed: int = 0,
     device: torch.device | str = "cpu",
     progress: bool = True,
+    resume: ResumeDir | None = None,
 ) -> EvalResult:
-    """Train every (model, width, lr) on the MQAR mixture and score each setting (module docstring)."""
+    """Train every (model, width, lr) on the MQAR mixture and score each setting (module docstring). With `resume`,
+    each (model, width, lr) run keeps a snapshot there while it trains and its result once it ends, and a rerun
+    skips the finished runs and continues the unfinished one from its snapshot (the same numbers as one
+    uninterrupted run)."""
     device = torch.device(device)
     train, test = _datasets(protocol, seed)
     val = validation_sets(protocol, seed)
@@ -238,6 +243,14 @@ def run_mqar(
                         evaluate(model, d, batch_size=protocol.eval_batch_size, device=device)["acc"] for d in test
                     ]
                 settings = TrainSettings.for_sweep(protocol, lr=lr)
+                run_key = resume.key(choice, width, lr, seed, protocol) if resume else ""
+                finished = resume.finished(run_key) if resume else None
+                if finished is not None:
+                    runs.append(finished)
+                    width_runs.append(finished)
+                    log.info("mqar %s lr=%g: finished in an earlier run (%s)", key, lr, resume.folder)
+                    del model
+                    continue
                 curve: list[list[float]] = []
 
                 def validate(step: int, module, curve=curve, key=key, lr=lr) -> None:
@@ -249,6 +262,7 @@ def run_mqar(
                 summary = fit(
                     model, train, settings, seed=seed, device=device, progress=progress, desc=f"mqar {key} lr={lr:g}",
                     every=protocol.eval_every, on_step=validate if val else None,
+                    snapshot=resume.snapshot(run_key, curve) if resume else None,
                 )  # fmt: skip
                 scores = [evaluate(model, d, batch_size=protocol.eval_batch_size, device=device) for d in test]
                 mean = mean_accuracy(scores)
@@ -264,6 +278,8 @@ def run_mqar(
                     if not curve or curve[-1][0] != protocol.steps:
                         validate(protocol.steps, model)
                     run["val_acc"], run["curve"] = curve[-1][1], curve
+                if resume:
+                    resume.finish(run_key, run)
                 runs.append(run)
                 width_runs.append(run)
                 log.info("mqar %s lr=%g: mean acc %.3f (%.0fs)", key, lr, mean, summary["seconds"])

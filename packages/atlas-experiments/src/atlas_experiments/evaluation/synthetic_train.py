@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -94,17 +95,73 @@ class TrainSettings:
         )
 
 
-def _batches(data: TokenDataset, batch_size: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
-    """Index batches over shuffled epochs of `data` (the last partial batch of an epoch is dropped unless the set
-    is smaller than a batch)."""
-    n = len(data)
-    while True:
-        order = rng.permutation(n)
-        if n <= batch_size:
-            yield order
-            continue
-        for start in range(0, n - batch_size + 1, batch_size):
-            yield order[start : start + batch_size]
+class _BatchStream:
+    """Index batches over shuffled epochs of a set of `n` sequences (the last partial batch of an epoch is dropped
+    unless the set is smaller than a batch). Its position is state (`state` / `load`), so that a resumed run draws
+    the batches an uninterrupted one would; every stream of a run shares one generator."""
+
+    def __init__(self, n: int, batch_size: int) -> None:
+        self.n, self.batch_size = n, batch_size
+        self.order: np.ndarray | None = None
+        self.pos = 0
+
+    def next(self, rng: np.random.Generator) -> np.ndarray:
+        if self.n <= self.batch_size:
+            return rng.permutation(self.n)
+        if self.order is None or self.pos + self.batch_size > self.n:
+            self.order, self.pos = rng.permutation(self.n), 0
+        batch = self.order[self.pos : self.pos + self.batch_size]
+        self.pos += self.batch_size
+        return batch
+
+    def state(self) -> dict[str, Any]:
+        return {"order": None if self.order is None else torch.from_numpy(self.order.copy()), "pos": self.pos}
+
+    def load(self, state: Mapping[str, Any]) -> None:
+        order = state["order"]
+        self.order = None if order is None else order.numpy()
+        self.pos = int(state["pos"])
+
+
+@dataclass
+class FitSnapshot:
+    """Where `fit` keeps a resumable snapshot of a run: every `every` steps it writes the model, the optimizer, the
+    batch streams, the generator and the losses so far to `path` (temp file, then rename), and a later `fit` with
+    the same `key` continues from it, bit for bit as the uninterrupted run. `records` are the caller's lists that
+    grow with the run (a learning curve): saved with it and refilled in place on resume. A snapshot whose `key`
+    differs (another model, lr, seed or protocol) is refused with its path."""
+
+    path: Path
+    every: int
+    key: str
+    records: dict[str, list[Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        if self.every < 1:
+            raise ValueError(f"snapshot {self.path}: expected every >= 1 step, got {self.every}")
+
+    def save(self, state: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        torch.save({**state, "key": self.key, "records": self.records}, tmp)
+        os.replace(tmp, self.path)
+
+    def load(self) -> dict[str, Any] | None:
+        if not self.path.exists():
+            return None
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # a truncated or foreign file: never resume from it silently
+            raise ValueError(f"snapshot {self.path}: unreadable ({exc}); delete it to start the run again") from exc
+        if state.get("key") != self.key:
+            raise ValueError(
+                f"snapshot {self.path}: written by another run (key {state.get('key')!r}, this run {self.key!r}); "
+                "delete it or resume in another folder"
+            )
+        for name, values in state["records"].items():
+            self.records.setdefault(name, [])[:] = values
+        return state
 
 
 def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -123,26 +180,40 @@ def fit(
     desc: str = "train",
     every: int = 0,
     on_step: Callable[[int, nn.Module], None] | None = None,
+    snapshot: FitSnapshot | None = None,
 ) -> dict[str, Any]:
     """Train `module` in place for `settings.steps` steps; the train sets take turns. Returns a summary (first and
     last-10 % losses, non-finite steps skipped, seconds). With `every` > 0, `on_step(step, module)` is called after
-    every `every`-th step and after the last (a learning curve); its time is not counted in `seconds`."""
+    every `every`-th step and after the last (a learning curve); its time is not counted in `seconds`. With a
+    `snapshot`, the run continues from the snapshot's step when one exists and leaves one every `snapshot.every`
+    steps (after that step's `on_step`), so a killed run resumes where it stood."""
     from tqdm.auto import tqdm
 
     device = torch.device(device)
     optim = settings.optim
     optimizer = build_optimizer(module, optim)
     rng = np.random.default_rng(seed)
-    streams = [_batches(d, settings.batch_size, rng) for d in train_sets]
+    streams = [_BatchStream(len(d), settings.batch_size) for d in train_sets]
     tensors = [(torch.from_numpy(d.inputs), torch.from_numpy(d.targets)) for d in train_sets]
     module.train()
     losses: list[float] = []
-    skipped = 0
-    start = time.perf_counter()
-    bar = tqdm(range(settings.steps), desc=desc, disable=not progress, leave=False, mininterval=1.0)
+    skipped = first = 0
+    elapsed = 0.0
+    saved = snapshot.load() if snapshot is not None else None
+    if saved is not None:
+        module.load_state_dict(saved["module"])
+        optimizer.load_state_dict(saved["optimizer"])
+        rng.bit_generator.state = saved["rng"]
+        torch.set_rng_state(saved["torch_rng"])
+        for stream, state in zip(streams, saved["streams"], strict=True):
+            stream.load(state)
+        losses, skipped, first = list(saved["losses"]), int(saved["skipped"]), int(saved["step"])
+        elapsed = float(saved["seconds"])
+    start = time.perf_counter() - elapsed
+    bar = tqdm(range(first, settings.steps), desc=desc, disable=not progress, leave=False, mininterval=1.0)
     for step in bar:
         which = step % len(train_sets)
-        idx = torch.from_numpy(next(streams[which]))
+        idx = torch.from_numpy(streams[which].next(rng))
         x, y = (t[idx].to(device) for t in tensors[which])
         if not bool((y != IGNORE_INDEX).any()):
             continue
@@ -164,6 +235,15 @@ def fit(
             paused = time.perf_counter()
             on_step(step + 1, module)
             module.train()
+            start += time.perf_counter() - paused
+        if snapshot is not None and (step + 1) % snapshot.every == 0 and step + 1 < settings.steps:
+            paused = time.perf_counter()
+            snapshot.save({
+                "step": step + 1, "module": module.state_dict(), "optimizer": optimizer.state_dict(),
+                "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                "streams": [st.state() for st in streams], "losses": losses, "skipped": skipped,
+                "seconds": paused - start,
+            })  # fmt: skip
             start += time.perf_counter() - paused
     tail = losses[-max(1, len(losses) // 10) :] if losses else []
     return {

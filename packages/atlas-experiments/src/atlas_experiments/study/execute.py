@@ -7,6 +7,7 @@ JSON at `Job.result(root)` whose `metrics` hold the claim's metric under `study.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,6 +17,15 @@ from atlas_experiments._io import write_json_atomic
 from atlas_experiments.configio import merge_settings
 from atlas_experiments.study._fields import thaw
 from atlas_experiments.study.plan import Job, write_model_files
+
+# tasks whose runs keep snapshots (`--resume-dir`): a job killed mid-run continues from its last one
+RESUMABLE_TASKS = ("mqar",)
+
+
+def resume_folder(job: Job, root: str | Path) -> Path:
+    """Where a resumable job keeps its snapshots until its result is final (`<seed>.resume/` beside it)."""
+    return job.result(root).with_suffix(".resume")
+
 
 # protocol args of an lm job that are TrainConfig keys as they are (the rest: data and seq_len)
 _TRAIN_KEYS = ("global_batch_tokens", "micro_batch", "steps", "optim", "eval_batches", "precision", "device")
@@ -61,10 +71,16 @@ def run_job(
     if job.protocol.task != "lm":
         write_model_files([job], root)
         options = {**job.options(root, overrides=overrides, out=partial), "no_track": True, "no_progress": True}
+        resume = resume_folder(job, root) if job.protocol.task in RESUMABLE_TASKS else None
+        if resume is not None:
+            options["resume_dir"] = str(resume)
         code = run_task(job.protocol.task, options, where=f"protocols.{job.protocol.name}.args (job {job.name})")
         if code:
             raise RuntimeError(f"study job {job.name}: `atlas eval {job.protocol.task}` exited with {code}")
-        return finalize(job, root, time.perf_counter() - start)
+        out = finalize(job, root, time.perf_counter() - start)
+        if resume is not None:
+            shutil.rmtree(resume, ignore_errors=True)
+        return out
     if data_dir is None:
         raise ValueError(f"study job {job.name}: an lm job needs the prepared corpus (--data)")
     from atlas_experiments.train.config import TrainConfig
