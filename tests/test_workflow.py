@@ -79,10 +79,12 @@ def test_cluster_profile_dry_runs_with_slurm_and_the_paper_config(tmp_path):
     assert _jobs(res.stdout)["train"] == 13 + 3 + 4 + 6 + 4  # models + the four ablation tables
     # every train job requests its projected runtime from config/costs/paper.json (docs/costs.md), capped at the
     # config's 2 days: the cheap models ask for hours, the exact per-token Muon ones hit the cap
+    blocks = [b for b in res.stdout.split("\n\n") if re.search(r"^rule train:", b, re.M)]  # one job's listing each
     runtimes = {
-        m[1]: int(m[2])
-        for m in re.finditer(r"rule train:.*?runs/(pretrain/\w+)/checkpoints.*?runtime=(\d+)", res.stdout, re.S)
+        re.search(r"output: \S+/runs/(\w+/[\w.~\-]+)/checkpoints", b)[1]: int(re.search(r"runtime=(\d+)", b)[1])
+        for b in blocks
     }
+    runtimes = {run: minutes for run, minutes in runtimes.items() if run.startswith("pretrain/")}
     assert len(runtimes) == 13
     assert runtimes["pretrain/transformer_pp"] < 2880 and runtimes["pretrain/atlas"] == 2880
 
@@ -111,19 +113,23 @@ def test_each_ablation_has_its_own_target(axis, cells, tmp_path):
     assert runs == {f"ablation_{axis}"}
 
 
+def _train_configs(*targets: str, results: Path, config: tuple[str, ...] = (), env: dict | None = None):
+    """run name -> the TrainConfig each `train` job of `targets` reads: the `train_config` jobs run (seconds, no
+    training, no data) and their `train.json` files are read back."""
+    where = ("--config", *config) if config else ()
+    res = _snakemake("--cores", "1", *targets, "--until", "train_config", *where, env=env,
+                     results=None if config else results)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "rule train:" not in res.stdout, "only the configs are written"
+    files = sorted((Path(ROOT) / results / "results" / "runs").glob("*/*/train.json"))
+    return {cfg["tracking"]["run_name"]: cfg for cfg in (json.loads(f.read_text()) for f in files)}
+
+
 def test_ablation_cells_resolve_to_memory_overrides(tmp_path):
-    res = _snakemake("-n", "-p", "ablation_optimizer", results=tmp_path)
-    assert '"expansion": 2, "ns_steps": 3, "optimizer": "muon"}' in res.stdout  # base overrides + cell
-    assert '"experiment": "ablation_optimizer"' in res.stdout
-
-
-def _train_configs(out: str) -> dict[str, dict]:
-    """run name -> the TrainConfig a dry run's `train` job would write (the JSON after printf)."""
-    configs = {}
-    for quoted in re.findall(r"printf '%s' '(\{.*?\})' >", out):
-        cfg = json.loads(quoted)
-        configs[cfg["tracking"]["run_name"]] = cfg
-    return configs
+    configs = _train_configs("ablation_optimizer", results=tmp_path)
+    memory = configs["optimizer~muon__ns_steps~3"]["model"]["overrides"]["memory"]
+    assert memory["expansion"] == 2 and memory["ns_steps"] == 3 and memory["optimizer"] == "muon"  # base + cell
+    assert {cfg["tracking"]["experiment"] for cfg in configs.values()} == {"ablation_optimizer"}
 
 
 @pytest.mark.parametrize(
@@ -136,9 +142,7 @@ def _train_configs(out: str) -> dict[str, dict]:
     ids=["w/o polynomial map", "linear memory", "c=4 w/o gamma"],
 )
 def test_new_ablation_cells_are_jobs_with_their_overrides(axis, run, overrides, tmp_path):
-    res = _snakemake("-n", "-p", f"ablation_{axis}", results=tmp_path)
-    assert res.returncode == 0, res.stderr[-3000:]
-    config = _train_configs(res.stdout)[run]
+    config = _train_configs(f"ablation_{axis}", results=tmp_path)[run]
     model = config["model"]
     assert model["preset"] == "atlas"
     # the run carries its row's settings as tags (the report reads them there, never from the run name)
@@ -188,7 +192,7 @@ def test_bad_values_and_options_fail_the_dag_build_through_the_package(edit, mes
 
 
 def test_ablation_table_rows_become_cells(tmp_path):
-    fields = ablation_tables.ModelFields.from_repo(ROOT)
+    fields = ablation_tables.ModelFields.from_classes()
     table = tmp_path / "t.tsv"
     table.write_text("window\teta_max\n1\t\n2\t0.5\nglobal\t\n")
     cells = ablation_tables.read_table(table, fields)
@@ -209,17 +213,16 @@ def test_ablation_table_rows_become_cells(tmp_path):
             ablation_tables.read_table(table, fields)
 
 
-def test_the_model_fields_read_from_source_are_the_real_ones():
-    """The workflow reads the settings from the sources (importing atlas_model costs seconds per DAG build)."""
-    from dataclasses import fields
-
-    from atlas_kernels import MemoryConfig
+def test_the_model_fields_are_the_classes_own():
+    """A cell may name a MemoryConfig field or a field AtlasConfig declares, never a Hugging Face base field."""
     from atlas_model import AtlasConfig
 
-    read = ablation_tables.ModelFields.from_repo(ROOT)
-    assert read.memory == {f.name for f in fields(MemoryConfig)}
-    own = set(AtlasConfig.__annotations__)
-    assert read.model == own - ablation_tables.RESERVED
+    read = ablation_tables.ModelFields.from_classes()
+    assert {"window", "poly_degree", "memory", "muon_polynomial"} <= read.memory
+    assert {"eta_max", "use_gamma_gate", "memory_backend"} <= read.model
+    assert not read.model & {"output_attentions", "return_dict", "dtype"}  # the base class's
+    assert "window" in read.memory and read.section("window") == "memory"
+    assert read.model == set(AtlasConfig.__annotations__) - ablation_tables.RESERVED
 
 
 def test_the_report_lists_the_current_ablation_cells(tmp_path):
@@ -274,14 +277,17 @@ def test_tracking_uri_params_hold_no_absolute_path(tmp_path):
     assert len(uris) == sum(jobs.get(rule, 0) for rule in tracked) and jobs["train"] >= 8
     assert set(uris) == {f"sqlite:///{results}/results/mlflow.db"}
     # nor do the TrainConfigs (data, parent record) or the ablation tables name the checkout's absolute path
-    configs = _train_configs(res.stdout)
+    configs = _train_configs(
+        config=(f"results={results}/results", f"report_dir={results}/reports"), results=Path(results),
+        env={"MLFLOW_TRACKING_URI": ""},
+    )  # fmt: skip
     assert configs and not any(str(ROOT) in json.dumps(cfg) for cfg in configs.values())
     assert configs["window~4"]["data"]["path"] == f"{results}/results/data/embedded"
     tables = [line for line in res.stdout.splitlines() if " track parent " in line and "--artifact" in line]
     assert tables and not any(
         str(ROOT) in shlex.split(line)[shlex.split(line).index("--artifact") + 1] for line in tables
     )
-    assert all("uri" not in cfg["tracking"] for cfg in _train_configs(res.stdout).values())
+    assert all("uri" not in cfg["tracking"] for cfg in configs.values())
 
 
 def test_the_study_target_plans_a_pilot_then_one_job_per_arm_and_seed(tmp_path):
@@ -290,7 +296,7 @@ def test_the_study_target_plans_a_pilot_then_one_job_per_arm_and_seed(tmp_path):
     jobs = _jobs(res.stdout)
     assert jobs["study_pilot"] == 1 and jobs["study_parent"] == 1 and jobs["study_report"] == 1
     # config/study/claims.yaml at cpu scale: 8 + 4 MQAR arms x 3 seeds, 5 learnability, 2 x 17 learnability v2
-    assert jobs["study_job"] == 75
+    assert jobs["study_job"] == 171  # every registered CPU job (docs/study.md): 75 before the MQAR v2 protocols
     assert "study pilot --claims config/study/claims.yaml --scale cpu" in res.stdout
     assert "--budget-minutes 450 --cores 2" in res.stdout
     assert re.search(r"study run .* --job mqar_cpu/atlas_c1/seed11 --parent \S+/study/parent\.json", res.stdout)

@@ -10,15 +10,12 @@ Plain Python, no snakemake: the workflow imports it at DAG build and the tests i
 
 from __future__ import annotations
 
-import ast
 import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MEMORY_SOURCE = ("packages/atlas-kernels/src/atlas_kernels/config.py", "MemoryConfig")
-MODEL_SOURCE = ("packages/atlas-model/src/atlas_model/config.py", "AtlasConfig")
 # What the workflow itself decides (preset and size from the config, vocabulary from the data): a cell that set
 # them would train something other than its run name says.
 RESERVED = frozenset({"preset", "size", "vocab_size", "memory"})
@@ -40,27 +37,24 @@ class Cells(dict):
         self.values: dict[str, dict[str, str]] = {}
 
 
-def class_fields(source: Path, name: str) -> frozenset[str]:
-    """The annotated attributes of class `name` in `source`, read without importing it: importing atlas_model
-    pulls in transformers (~6 s at every DAG build), and the workflow's own environment need not have it."""
-    for node in ast.parse(source.read_text()).body:
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return frozenset(
-                s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
-            )
-    raise AblationTableError(f"{source}: no class {name} to read the model settings from")
-
-
 @dataclass(frozen=True)
 class ModelFields:
     memory: frozenset[str]
     model: frozenset[str]
 
     @classmethod
-    def from_repo(cls, root: Path) -> ModelFields:
+    def from_classes(cls) -> ModelFields:
+        """The settings a cell may name, from the classes that check them: `MemoryConfig`'s fields and the fields
+        `AtlasConfig` declares itself (not the Hugging Face base's). The DAG build imports atlas_model anyway to
+        validate every run (common.smk), so reading the classes costs nothing extra."""
+        from dataclasses import fields
+
+        from atlas_kernels import MemoryConfig
+        from atlas_model import AtlasConfig
+
         return cls(
-            memory=class_fields(root / MEMORY_SOURCE[0], MEMORY_SOURCE[1]),
-            model=class_fields(root / MODEL_SOURCE[0], MODEL_SOURCE[1]) - RESERVED,
+            memory=frozenset(f.name for f in fields(MemoryConfig)),
+            model=frozenset(AtlasConfig.__annotations__) - RESERVED,
         )
 
     def section(self, key: str) -> str | None:

@@ -43,7 +43,7 @@ from atlas_experiments.tracking.store import CELL_TAG_PREFIX
 
 # ---- ablations: per axis, run name -> the AtlasConfig overrides of one cell (workflow/lib/ablation_tables.py);
 # a key that is no model setting fails here, at DAG build, naming the table, the row and the key
-MODEL_FIELDS = ModelFields.from_repo(ROOT)
+MODEL_FIELDS = ModelFields.from_classes()
 ABLATIONS = {
     axis: read_table(ROOT / path, MODEL_FIELDS, shown=path) for axis, path in config["ablations"]["tables"].items()
 }
@@ -91,7 +91,10 @@ def parent_params(axis):
 
 def train_inputs(wc):
     """An ablation cell needs its parent record; `ancient` so a new cell never reruns its finished siblings."""
-    inputs = {"manifest": f"{RESULTS}/data/{config['train']['data']}/manifest.json"}
+    inputs = {
+        "manifest": f"{RESULTS}/data/{config['train']['data']}/manifest.json",
+        "config": f"{run_dir(wc.study, wc.run)}/train.json",
+    }
     if wc.study.startswith("ablation_"):
         inputs["parent"] = ancient(parent_record(wc.study.removeprefix("ablation_")))
     return inputs

@@ -1,6 +1,21 @@
 # One generic pretraining rule for every model and every ablation cell.
 
 
+# The run's resolved TrainConfig, written by its own rule (job_files.py): a changed hyperparameter rewrites it
+# (the params trigger) and the newer file reruns the train job.
+rule train_config:
+    output:
+        config=f"{RESULTS}/runs/{{study}}/{{run}}/train.json",
+    params:
+        text=lambda wc: json.dumps(train_config(wc.study, wc.run), sort_keys=True),
+    log:
+        f"{RESULTS}/logs/train_config/{{study}}/{{run}}.log",
+    conda:
+        "../envs/atlas.yaml"
+    script:
+        "../scripts/write_job_file.py"
+
+
 rule train:
     input:
         unpack(train_inputs),
@@ -8,8 +23,6 @@ rule train:
         done=f"{RESULTS}/runs/{{study}}/{{run}}/checkpoints/final/COMPLETE",
     params:
         atlas=ATLAS,
-        # the whole resolved TrainConfig: any changed hyperparameter reruns the job
-        config=lambda wc: json.dumps(train_config(wc.study, wc.run), sort_keys=True),
         uri=tracking_uri(),
         out=lambda wc: run_dir(wc.study, wc.run),
         launcher=config["train"]["launcher"],
@@ -28,8 +41,7 @@ rule train:
     benchmark:
         f"{RESULTS}/benchmarks/train/{{study}}/{{run}}.tsv"
     shell:
-        "mkdir -p {params.out} && printf '%s' {params.config:q} > {params.out}/train.json && "
-        "OMP_NUM_THREADS={params.omp} {params.launcher} {params.atlas} train --config {params.out}/train.json --out {params.out} --resume auto "
+        "OMP_NUM_THREADS={params.omp} {params.launcher} {params.atlas} train --config {input.config} --out {params.out} --resume auto "
         "--tracking-uri {params.uri:q} > {log} 2>&1"
 
 
@@ -40,14 +52,27 @@ rule pretrain:
 
 # The cost table of every pretraining job (docs/costs.md): FLOPs and bytes per token counted on the meta device,
 # projected GPU-hours, and the runtimes that `resources.train.runtime: cost` requests. Counting needs no GPU.
+rule cost_jobs:
+    output:
+        jobs=f"{RESULTS}/costs/train_jobs.json",
+    params:
+        text=lambda wc: json.dumps(train_jobs(), sort_keys=True),
+    log:
+        f"{RESULTS}/logs/cost_jobs.log",
+    conda:
+        "../envs/atlas.yaml"
+    script:
+        "../scripts/write_job_file.py"
+
+
 rule cost_table:
+    input:
+        jobs=rules.cost_jobs.output.jobs,
     output:
         table=COST_TABLE,
         markdown=f"{RESULTS}/costs/train.md",
     params:
         atlas=ATLAS,
-        jobs=lambda wc: json.dumps(train_jobs(), sort_keys=True),
-        jobs_file=f"{RESULTS}/costs/train_jobs.json",
         # not an output, so it survives a rerun (snakemake removes a job's outputs first): rows whose key still
         # matches are reused and only changed jobs are counted again
         counted=f"{RESULTS}/costs/counted.json",
@@ -58,14 +83,15 @@ rule cost_table:
     conda:
         "../envs/atlas.yaml"
     shell:
-        "mkdir -p $(dirname {params.jobs_file}) && printf '%s' {params.jobs:q} > {params.jobs_file} && "
-        "{params.atlas} cost --jobs {params.jobs_file} --out {params.counted} --markdown {output.markdown} "
+        "{params.atlas} cost --jobs {input.jobs} --out {params.counted} --markdown {output.markdown} "
         "--gpus {params.gpus} --mfu {params.cost[mfu]} --peak-tflops {params.cost[peak_tflops]} "
         "--hbm-tbps {params.cost[hbm_tbps]} --margin {params.cost[margin]} > {log} 2>&1 && "
         "cp {params.counted} {output.table}"
 
 
 localrules:
+    train_config,
+    cost_jobs,
     cost_table,
     ablation_parent,
     ablation_summary,

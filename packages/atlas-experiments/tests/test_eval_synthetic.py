@@ -43,7 +43,7 @@ def test_parse_models_presets_and_files(tmp_path):
     assert c.preset == "omeganet" and c.overrides == {"hidden_size": 32}
     cfg = st.model_config(a, vocab_size=40, width=32, memory_head_dim=8, memory_expansion=1)
     assert (cfg.vocab_size, cfg.hidden_size, cfg.num_memory_heads) == (40, 32, 4)
-    assert cfg.memory["window"] == 2 and cfg.memory["expansion"] == 1  # command knobs merged with the file's
+    assert cfg.memory.window == 2 and cfg.memory.expansion == 1  # command knobs merged with the file's
     gdn = st.model_config(st.ModelChoice("g", "gated_deltanet"), vocab_size=40, width=32, memory_head_dim=8)
     assert gdn.num_memory_heads is None  # linear memories keep their heads
     with pytest.raises(ValueError, match="neither a preset"):

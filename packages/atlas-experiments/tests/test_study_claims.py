@@ -81,7 +81,7 @@ def test_arm_overrides_reach_the_config(registry):
 
     arm = registry.arms["atlas_c1_identity"]
     cfg = atlas_model.AtlasConfig.from_preset(arm.preset, size="tiny", **arm.config_overrides())
-    assert (cfg.memory["window"], cfg.memory["feature_map"], cfg.memory["optimizer"]) == (1, "identity", "muon")
+    assert (cfg.memory.window, cfg.memory.feature_map, cfg.memory.optimizer) == (1, "identity", "muon")
 
 
 def test_loaded_objects_are_frozen(registry):

@@ -88,8 +88,8 @@ def test_schedule_warmup_cosine_floor():
 def test_the_spec_builds_the_model_config_it_names():
     cfg = _cfg(model={"preset": "atlas", "size": "tiny", "overrides": {"memory": {"window": 2}, "eta_max": 0.5}})
     model = cfg.model.config(vocab_size=100)
-    assert (model.vocab_size, model.memory["window"], model.eta_max) == (100, 2, 0.5)
-    assert model.memory["poly_degree"] == 2  # the rest of the preset's memory stays
+    assert (model.vocab_size, model.memory.window, model.eta_max) == (100, 2, 0.5)
+    assert model.memory.poly_degree == 2  # the rest of the preset's memory stays
     assert model.memory_config() is model.memory_config()  # parsed once, shared by the layers
 
 

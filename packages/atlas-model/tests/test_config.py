@@ -111,6 +111,23 @@ def test_config_round_trips_through_json(tmp_path):
     assert loaded.memory_config() == cfg.memory_config()
 
 
+def test_the_memory_is_typed_and_a_dict_only_when_saved(tmp_path):
+    """`AtlasConfig.memory` is the `MemoryConfig` the layers run (one object, checked once), whether it was given as
+    a MemoryConfig or as a dict of its fields; `to_dict` / `config.json` hold the dict."""
+    import json
+
+    cfg = AtlasConfig.from_preset("atlas", "tiny", memory={"window": 3})
+    assert isinstance(cfg.memory, MemoryConfig) and cfg.memory.window == 3
+    assert cfg.memory_config() is cfg.memory
+    given = AtlasConfig(memory=MemoryConfig(memory="linear", window=2))
+    assert given.memory.memory == "linear" and given.to_dict()["memory"] == given.memory.to_dict()
+    cfg.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())["memory"]
+    assert saved == cfg.memory.to_dict() and saved["window"] == 3
+    with pytest.raises(Exception, match="Field 'memory'"):  # Hugging Face's strict field check names it
+        AtlasConfig(memory=[("window", 2)])
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [

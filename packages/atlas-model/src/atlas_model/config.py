@@ -2,8 +2,8 @@
 
 A model is a Llama-style stack (pre-RMSNorm, SwiGLU MLP, residuals) whose token mixer is chosen by `mixer`:
 
-    memory     the unified memory layer of atlas-kernels (every recurrent model of the paper; `memory` holds the
-               `atlas_kernels.MemoryConfig` fields as a plain dict, so the config stays JSON-serialisable)
+    memory     the unified memory layer of atlas-kernels (every recurrent model of the paper; `memory` is its typed
+               `atlas_kernels.MemoryConfig`, given as one or as a dict of its fields, and a dict only when saved)
     attention  causal softmax attention with RoPE (Transformer++)
     swa        sliding-window softmax attention with RoPE (window `sliding_window`)
     mag        memory and SWA in parallel on the same input, combined by a normalised gate (Titans MAG)
@@ -15,8 +15,6 @@ are the "atlas" preset at the "tiny" size; use `AtlasConfig.from_preset(name, si
 """
 
 import difflib
-import functools
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import field, fields
@@ -40,12 +38,11 @@ MUON_ETA_INIT = 0.02
 DELTA_ETA_INIT = 0.5
 
 
-def _default_memory() -> dict[str, Any]:
+def _default_memory() -> MemoryConfig:
     """The Atlas memory at the tiny size (window c = 4, chunk size b = 4)."""
-    cfg = MemoryConfig(
+    return MemoryConfig(
         memory="mlp", bias="l2", window=4, optimizer="muon", feature_map="poly", poly_degree=2, chunk_size=4
     )
-    return cfg.to_dict()
 
 
 @strict
@@ -118,7 +115,7 @@ class AtlasConfig(PreTrainedConfig):
     num_memory_heads: int | None = None
     intermediate_size: int = 192
     mixer: str = "memory"
-    memory: dict | None = field(default_factory=_default_memory)
+    memory: MemoryConfig | dict | None = field(default_factory=_default_memory)
     memory_init: str = "shared"
     memory_init_scale: float = 1.0
     memory_output_init: str = "random"
@@ -186,19 +183,22 @@ class AtlasConfig(PreTrainedConfig):
         """eta_init, or its default by inner optimizer: 0.02 for Muon, 0.5 for gd / momentum."""
         if self.eta_init is not None:
             return self.eta_init
-        muon = self.memory is not None and self.memory.get("optimizer") == "muon"
+        muon = self.memory is not None and self.memory.optimizer == "muon"
         return MUON_ETA_INIT if muon else DELTA_ETA_INIT
 
     def memory_config(self) -> MemoryConfig:
-        """The typed `atlas_kernels.MemoryConfig` of the memory layers: parsed once per distinct setting (the
-        validation in `__post_init__` parses it first) and shared, frozen, by every layer."""
+        """The typed `atlas_kernels.MemoryConfig` of the memory layers (`memory`, checked and typed when the config
+        was built), shared, frozen, by every layer; an error for a mixer without memory."""
         if self.memory is None:
             raise AtlasConfigError(f"memory: mixer={self.mixer!r} has no memory layer")
-        try:
-            key = json.dumps(self.memory, sort_keys=True)
-        except TypeError:  # a value JSON cannot hold (the config would not save either): parse without the cache
-            return MemoryConfig.from_dict(self.memory)
-        return _parsed_memory(key)
+        return self.memory
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready fields (`save_pretrained`, `to_json_string`): the memory as a dict of its fields."""
+        out = super().to_dict()
+        if isinstance(self.memory, MemoryConfig):
+            out["memory"] = self.memory.to_dict()
+        return out
 
     @classmethod
     def from_preset(cls, name: str, size: str = "tiny", **overrides: Any) -> "AtlasConfig":
@@ -214,7 +214,7 @@ class AtlasConfig(PreTrainedConfig):
         if memory_override is not None:
             if values["memory"] is None:
                 raise AtlasConfigError(f"memory: preset {name!r} has no memory layer to override")
-            values["memory"] = {**values["memory"], **memory_override}
+            values["memory"] = {**_as_dict(values["memory"]), **memory_override}
         values.update(overrides)
         return cls(**values)
 
@@ -275,10 +275,15 @@ class AtlasConfig(PreTrainedConfig):
             return
         if self.memory is None:
             raise AtlasConfigError(f"memory: mixer={self.mixer!r} needs memory settings (a MemoryConfig dict)")
-        try:
-            memory = MemoryConfig.from_dict(self.memory)
-        except (MemoryConfigError, TypeError) as err:
-            raise AtlasConfigError(f"memory: {err}") from err
+        if isinstance(self.memory, MemoryConfig):
+            memory = self.memory
+        elif isinstance(self.memory, Mapping):
+            try:
+                memory = MemoryConfig.from_dict(self.memory)
+            except (MemoryConfigError, TypeError) as err:
+                raise AtlasConfigError(f"memory: {err}") from err
+        else:
+            raise AtlasConfigError(f"memory: expected a MemoryConfig or a dict of its fields, got {self.memory!r}")
         if self.memory_init == "zero" and memory.memory != "linear":
             raise AtlasConfigError(
                 f"memory_init: 'zero' is defined for linear memories only (memory={memory.memory!r} would never "
@@ -296,12 +301,11 @@ class AtlasConfig(PreTrainedConfig):
                 f"memory_backend: 'compiled' compiles one chunk of fixed shape, but under {grows} the memory's "
                 "state grows with every chunk; use 'torch' or 'auto'"
             )
-        self.memory = memory.to_dict()
+        self.memory = memory
 
 
-@functools.lru_cache(maxsize=256)
-def _parsed_memory(settings: str) -> MemoryConfig:
-    return MemoryConfig.from_dict(json.loads(settings))
+def _as_dict(memory: MemoryConfig | Mapping[str, Any]) -> dict[str, Any]:
+    return memory.to_dict() if isinstance(memory, MemoryConfig) else dict(memory)
 
 
 def check_overrides(overrides: Mapping[str, Any], where: str = "overrides") -> None:

@@ -300,7 +300,7 @@ def match_memory(
         return choice, MemoryMatch(reference, target, floats, "attention")
     if _memory_floats(config, 2 * seq_len, device) != floats:
         return choice, MemoryMatch(reference, target, floats, "grows")
-    deep = config.memory.get("memory") in DEEP_MEMORIES
+    deep = config.memory.memory in DEEP_MEMORIES
     width = config.hidden_size
     best: tuple[float, int, int, int, int | None] | None = None
     for head_dim in MATCH_HEAD_DIMS:
