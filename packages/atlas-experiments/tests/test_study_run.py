@@ -398,3 +398,35 @@ def test_the_committed_verdicts_regenerate_from_the_committed_results(tmp_path):
     fresh = verdicts(made["rule_v2"])  # the protocols registered after rule v2: learnability v2, then MQAR v2
     assert len(fresh) >= 10 and all(c.startswith(("learnability_v2", "mqar_v2")) for c in fresh)
     assert not set(fresh) & (set(verdicts(made["rule_v1"])) | set(verdicts(made["v1_data_rule_v2"])))
+
+
+def test_progress_counts_done_jobs_and_prices_the_rest_from_each_arms_finished_ones(tmp_path, capsys):
+    """`atlas study plan --progress`: per claim, jobs done of planned, CPU-hours spent (a synthetic job's training
+    seconds over every stretch, else its wall time) and left (the mean of the arm's finished jobs); an arm with no
+    finished job is counted as unpriced, and a foreign result is not counted."""
+    from atlas_experiments.study.progress import study_progress
+
+    registry = parse_claims(tiny_claims())
+    jobs = plan_jobs(registry, ["cpu"])
+    mqar = {j.name: j for j in jobs if j.protocol.name == "mqar_tiny"}
+    for seed, seconds in ((1, 3600.0), (2, 1800.0)):
+        path = hand_made(mqar[f"mqar_tiny/tpp/seed{seed}"], tmp_path, {"acc/tpp/d=16": 0.5})
+        data = json.loads(path.read_text())
+        data["details"] = {"runs": [{"train": {"seconds": seconds / 2}}, {"train": {"seconds": seconds / 2}}]}
+        path.write_text(json.dumps(data))
+    foreign = mqar["mqar_tiny/gdn/seed1"].result(tmp_path)
+    foreign.parent.mkdir(parents=True, exist_ok=True)
+    foreign.write_text(json.dumps({"metrics": {}, "study": {"config_hash": "x", "job": "other"}}))
+    rows = {r.name: r for r in study_progress(registry, ["cpu"], jobs, tmp_path)}
+    a = rows["a.mqar"]
+    assert (a.done, a.planned, a.spent_h, a.left_h, a.unpriced) == (2, 6, 1.5, 0.75, 3)
+    assert rows["b.learn"].done == 0 and rows["all jobs (each once)"].planned == len(jobs)
+    assert main(["study", "plan", "--progress", "--root", str(tmp_path), "--claims", _claims_file(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "a.mqar" in out and "2/6" in out and "3 jobs of arms with no finished job not priced" in out
+
+
+def _claims_file(tmp_path: Path) -> str:
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump(tiny_claims()))
+    return str(path)

@@ -38,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--costs",
         help="a pilot's projection (plan.json or plan.measured.json): print the CPU-hours of each claim's jobs",
     )
+    q.add_argument(
+        "--progress",
+        action="store_true",
+        help="per claim: jobs done of planned under --root, CPU-hours spent, and CPU-hours left as the finished "
+        "jobs of each arm predict",
+    )
     q.set_defaults(handler=plan_command)
 
     q = inner.add_parser("pilot", help="time every arm briefly, project the plan, refuse it over the budget")
@@ -103,6 +109,11 @@ def _registry_and_jobs(args: argparse.Namespace):
 
 def plan_command(args: argparse.Namespace) -> int:
     registry, scales, jobs = _registry_and_jobs(args)
+    if args.progress:
+        from atlas_experiments.study.progress import format_progress, study_progress
+
+        print(format_progress(study_progress(registry, scales, jobs, args.root)))
+        return 0
     if args.pilot:
         from atlas_experiments.study.plan import planned_claims
         from atlas_experiments.study.power import seeds_for_power

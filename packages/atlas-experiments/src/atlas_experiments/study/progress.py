@@ -1,0 +1,88 @@
+"""Where a study that runs in stretches stands: `atlas study plan --progress --root R`.
+
+Per claim: its jobs done of planned, the CPU time they took, and an estimate of what is left, from the finished
+jobs themselves (the mean time of an arm's finished jobs in the same protocol stands for its unfinished ones; an arm
+with no finished job has no estimate, and the row says how many jobs that leaves unpriced). A job's time is the
+training seconds of every stretch it ran in (`details.runs[].train.seconds` of a synthetic job, which a resumed
+job accumulates) where the result has them, else its provenance `wall_s`. A result that is not the job's own is
+not counted (the report lists it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from atlas_experiments.study.claims import Registry
+from atlas_experiments.study.plan import Job, claim_jobs, planned_claims
+from atlas_experiments.study.results import ResultError, load
+
+
+@dataclass(frozen=True)
+class Progress:
+    name: str
+    done: int
+    planned: int
+    spent_h: float
+    left_h: float
+    unpriced: int  # unfinished jobs of arms with no finished job: not in left_h
+
+
+def job_seconds(data: dict[str, Any]) -> float:
+    """The CPU seconds a finished job took (module docstring)."""
+    runs = data.get("details", {}).get("runs")
+    if isinstance(runs, list) and runs and all(isinstance(r.get("train"), dict) for r in runs):
+        return float(sum(r["train"].get("seconds", 0.0) for r in runs))
+    return float(data.get("study", {}).get("wall_s", 0.0))
+
+
+def _group(job: Job) -> tuple[str, str]:
+    return job.protocol.name, job.arm.name if job.arm else "all"
+
+
+def measure(jobs: Iterable[Job], root: str | Path) -> dict[str, float]:
+    """{job name: seconds} of the finished jobs among `jobs`."""
+    out = {}
+    for job in jobs:
+        try:
+            out[job.name] = job_seconds(load(job, root))
+        except (FileNotFoundError, ResultError):
+            continue
+    return out
+
+
+def summarise(name: str, jobs: Sequence[Job], seconds: dict[str, float]) -> Progress:
+    by_group: dict[tuple[str, str], list[float]] = {}
+    for job in jobs:
+        if job.name in seconds:
+            by_group.setdefault(_group(job), []).append(seconds[job.name])
+    left, unpriced = 0.0, 0
+    for job in jobs:
+        if job.name in seconds:
+            continue
+        known = by_group.get(_group(job))
+        if known:
+            left += mean(known)
+        else:
+            unpriced += 1
+    done = [job for job in jobs if job.name in seconds]
+    return Progress(name, len(done), len(jobs), sum(seconds[j.name] for j in done) / 3600, left / 3600, unpriced)
+
+
+def study_progress(registry: Registry, scales: Iterable[str], jobs: Sequence[Job], root: str | Path) -> list[Progress]:
+    """One row per planned claim, then one for every planned job counted once."""
+    scales = list(scales)
+    seconds = measure(jobs, root)
+    rows = [summarise(c.id, claim_jobs(c, registry), seconds) for c in planned_claims(registry, scales)]
+    return rows + [summarise("all jobs (each once)", jobs, seconds)]
+
+
+def format_progress(rows: Sequence[Progress]) -> str:
+    lines = [f"{'claim':<48} {'done':>9} {'CPU-h spent':>11} {'CPU-h left':>10}  note"]
+    for r in rows:
+        note = f"{r.unpriced} jobs of arms with no finished job not priced" if r.unpriced else ""
+        lines.append(f"{r.name:<48} {r.done:>4}/{r.planned:<4} {r.spent_h:>11.2f} {r.left_h:>10.2f}  {note}")
+    return "\n".join(lines)
