@@ -430,3 +430,28 @@ def _claims_file(tmp_path: Path) -> str:
     path = tmp_path / "claims.yaml"
     path.write_text(yaml.safe_dump(tiny_claims()))
     return str(path)
+
+
+def test_the_report_draws_the_finished_mqar_jobs_learning_curves(tmp_path):
+    """`study.curves`: one figure per MQAR protocol from the finished jobs' recorded curves, and a table of seeds
+    done, final validation accuracy and memory size; a job without a result or a curve is left out."""
+    from atlas_experiments.study.curves import curves_section, mqar_curves
+
+    registry = parse_claims(tiny_claims())
+    jobs = [j for j in plan_jobs(registry, ["cpu"]) if j.protocol.name == "mqar_tiny"]
+    for job, final in zip(jobs[:3], (0.5, 0.7, 0.9)):
+        path = hand_made(job, tmp_path, {f"acc/{job.arm.name}/d=16": final})
+        data = json.loads(path.read_text())
+        data["details"] = {"table": [{"model": job.arm.name, "curve": [[1, 0.1], [2, final]],
+                                      "memory_size": {"16": 256}}]}  # fmt: skip
+        path.write_text(json.dumps(data))
+    curves = mqar_curves(jobs, tmp_path)
+    arms = curves["mqar_tiny"]
+    assert sum(len(seeds) for seeds in arms.values()) == 3
+    text = curves_section(curves, tmp_path / "out")
+    assert (tmp_path / "out" / "curves_mqar_tiny.png").is_file()
+    assert "![validation accuracy by step, mqar_tiny](curves_mqar_tiny.png)" in text
+    first = jobs[0].arm.name
+    finals = [s["curve"][-1][1] for s in arms[first].values()]
+    assert f"| {first} | {len(finals)} | {sum(finals) / len(finals):.3f}" in text and "| 256 |" in text
+    assert curves_section({}, tmp_path / "none") == ""

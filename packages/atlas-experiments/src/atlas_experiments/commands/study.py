@@ -297,6 +297,10 @@ def report_command(args: argparse.Namespace) -> int:
     others = [r for r in records if r["verdict"] in ("other scale", "not testable")]
     text = report_v2.render(registry, scales, fresh=fresh, rejudged=rejudged, v1=v1, v1_source=v1_source,
                             others=others, header=header)  # fmt: skip
+    from atlas_experiments.study.curves import curves_section, mqar_curves
+
+    section = curves_section(mqar_curves(done, args.root), args.out)
+    text = f"{text}\n{section}" if section else text
     data = {"rule_v2": fresh, "v1_data_rule_v2": rejudged, "rule_v1": v1}
     path = write_report([*fresh, *(rejudged or [])], text, args.out, data)
     for r in rejudged or v2:
