@@ -41,7 +41,8 @@ def test_every_job_went_through_sbatch_and_completed(runs, local_slurm):
     assert sorted(rule for rule, _ in jobs) == ["prepare_data", "train"], out[-3000:]
     for rule, job in jobs:
         assert local_slurm.job_state(job) == "COMPLETED", f"{rule}: Slurm job {job}"
-    assert "5 of 5 steps (100%) done" in out
+    # data, the run's config file (local), the parent run, the cell, the summary and the target
+    assert "6 of 6 steps (100%) done" in out
 
 
 def test_the_outputs_equal_a_local_run(runs):
