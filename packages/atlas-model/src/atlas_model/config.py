@@ -275,15 +275,11 @@ class AtlasConfig(PreTrainedConfig):
             return
         if self.memory is None:
             raise AtlasConfigError(f"memory: mixer={self.mixer!r} needs memory settings (a MemoryConfig dict)")
-        if isinstance(self.memory, MemoryConfig):
-            memory = self.memory
-        elif isinstance(self.memory, Mapping):
-            try:
-                memory = MemoryConfig.from_dict(self.memory)
-            except (MemoryConfigError, TypeError) as err:
-                raise AtlasConfigError(f"memory: {err}") from err
-        else:
-            raise AtlasConfigError(f"memory: expected a MemoryConfig or a dict of its fields, got {self.memory!r}")
+        # the field's type (checked by @strict) admits only a MemoryConfig or a dict of its fields
+        try:
+            memory = self.memory if isinstance(self.memory, MemoryConfig) else MemoryConfig.from_dict(self.memory)
+        except (MemoryConfigError, TypeError) as err:
+            raise AtlasConfigError(f"memory: {err}") from err
         if self.memory_init == "zero" and memory.memory != "linear":
             raise AtlasConfigError(
                 f"memory_init: 'zero' is defined for linear memories only (memory={memory.memory!r} would never "
