@@ -173,6 +173,9 @@ def test_a_bad_override_key_fails_the_dag_build_naming_file_row_and_key(tmp_path
         ("niah", "config evaluation.niah: atlas eval niah: not an option of `atlas eval niah`: 'samplez'"),
         # a model override that is no AtlasConfig field
         ("model", "config models.atlas: train.model.overrides.memory.windw: not a MemoryConfig field"),
+        # a task the registry does not have, and a registered task in the wrong section
+        ("task", "config evaluation: 'niha' is not a task of this section (its tasks: ppl, lm_eval, niah, babilong)"),
+        ("section", "config synthetic: 'ppl' is not a task of this section (its tasks: mqar, mad, learnability)"),
     ],
 )
 def test_bad_values_and_options_fail_the_dag_build_through_the_package(edit, message, tmp_path):
@@ -183,6 +186,10 @@ def test_bad_values_and_options_fail_the_dag_build_through_the_package(edit, mes
         cfg["ablations"]["tables"]["window"] = str(table)
     elif edit == "niah":
         cfg["evaluation"]["niah"]["samplez"] = cfg["evaluation"]["niah"].pop("samples")
+    elif edit == "task":
+        cfg["evaluation"]["tasks"] = ["ppl", "niha"]
+    elif edit == "section":
+        cfg["synthetic"]["ppl"] = {"lengths": [64]}
     else:
         cfg["models"]["atlas"]["overrides"] = {"memory": {"windw": 4}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -251,9 +258,9 @@ def test_the_report_lists_the_current_ablation_cells(tmp_path):
 def test_learnability_is_one_tracked_synthetic_job_before_the_report(extra, options, tmp_path):
     res = _snakemake("report", "-n", "-p", *extra, results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert _jobs(res.stdout)["learnability"] == 1
+    assert _jobs(res.stdout)["standalone"] == 1  # the registry's one task of kind standalone
     command = next(line for line in res.stdout.splitlines() if " eval learnability " in line)
-    assert f"--out {tmp_path}/results/synthetic/learnability/memory_mlp.json" in command
+    assert f"--out {tmp_path}/results/synthetic/learnability/result.json" in command
     assert "--experiment eval_learnability" in command and "--tracking-uri sqlite:///" in command
     assert command.endswith(f"--no-progress {options} > {tmp_path}/results/logs/synthetic/learnability.log 2>&1")
 
@@ -273,7 +280,7 @@ def test_tracking_uri_params_hold_no_absolute_path(tmp_path):
             words = shlex.split(line)
             uris.append(words[words.index("--tracking-uri") + 1])
     jobs = _jobs(res.stdout)
-    tracked = ("train", "ablation_parent", "evaluate", "synthetic", "learnability", "report")
+    tracked = ("train", "ablation_parent", "evaluate", "synthetic", "standalone", "report")
     assert len(uris) == sum(jobs.get(rule, 0) for rule in tracked) and jobs["train"] >= 8
     assert set(uris) == {f"sqlite:///{results}/results/mlflow.db"}
     # nor do the TrainConfigs (data, parent record) or the ablation tables name the checkout's absolute path

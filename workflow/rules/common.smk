@@ -13,6 +13,7 @@ RESULTS = config["results"]
 ROOT = Path(workflow.current_basedir).resolve().parents[1]  # this file is workflow/rules/common.smk
 
 sys.path.insert(0, str(ROOT / "workflow" / "lib"))
+import eval_jobs
 from ablation_tables import ModelFields, read_table
 
 
@@ -155,41 +156,27 @@ def all_targets():
     return pretrain_targets() + [ablation_summary(axis) for axis in ABLATIONS]
 
 
-# ---- evaluation
-EVAL_COMMANDS = {"ppl": "ppl", "lm_eval": "lm-eval", "niah": "niah", "babilong": "babilong"}
-
-
+# ---- evaluation: the package's task registry decides commands, wildcards and targets (workflow/lib/eval_jobs.py)
 def eval_args(task, section="evaluation"):
-    """config[section][task] (a mapping of CLI options) -> '--lengths 64,128 --samples 4 ...'."""
-    import shlex
-
-    from atlas_experiments.commands.options import option_argv
-
-    return shlex.join(option_argv(config[section].get(task, {})))
+    return eval_jobs.option_args(config[section].get(task, {}))
 
 
 def eval_targets():
-    return [f"{RESULTS}/eval/{task}/{run}.json" for task in config["evaluation"]["tasks"] for run in config["models"]]
-
-
-def learnability_result():
-    return f"{RESULTS}/synthetic/learnability/memory_mlp.json"
+    return eval_jobs.checkpoint_results(RESULTS, config["evaluation"]["tasks"], config["models"])
 
 
 def synthetic_targets():
-    """One job per (task, model) of MQAR / MAD; learnability trains memory MLPs, no model: one job."""
     spec = config.get("synthetic", {})
-    tasks = spec.get("tasks", [])
-    per_model = [f"{RESULTS}/synthetic/{t}/{m}.json" for t in tasks if t != "learnability" for m in spec["models"]]
-    return per_model + ([learnability_result()] if "learnability" in tasks else [])
+    return eval_jobs.synthetic_results(RESULTS, spec.get("tasks", []), spec.get("models", []))
 
 
 wildcard_constraints:
     study=r"pretrain|ablation_[a-z_]+",
     axis="|".join(ABLATIONS) or "NONE",
     run=r"[A-Za-z0-9_.~\-]+",
-    task=r"ppl|lm_eval|niah|babilong",
-    synthetic=r"mqar|mad",
+    task=eval_jobs.wildcard(eval_jobs.CHECKPOINT),
+    synthetic=eval_jobs.wildcard(eval_jobs.PER_PRESET),
+    standalone=eval_jobs.wildcard(eval_jobs.STANDALONE),
     preset=r"[a-z0-9_]+",
     dataset=r"[A-Za-z0-9_\-]+",
 
@@ -229,18 +216,16 @@ def study_job_inputs(wc):
 # ---- DAG-build validation: the package checks every run, cell and option before any job starts (a typo fails
 # `snakemake -n` naming the file, row and key); ~8 s, mostly importing atlas_model
 def _validate_config():
-    from atlas_experiments.validate import check_command_options, check_presets, check_train_configs
+    from atlas_experiments.evaluation.tasks import CHECKPOINT, PER_PRESET, STANDALONE
+    from atlas_experiments.validate import check_presets, check_task_section, check_train_configs
 
     runs = [(f"config models.{name}", train_config("pretrain", name)) for name in config["models"]]
     for axis, cells in ABLATIONS.items():
         runs += [(f"{cells.where[run]} (run {run})", train_config(f"ablation_{axis}", run)) for run in cells]
     check_train_configs(runs)
-    for task in config["evaluation"]["tasks"]:
-        options = config["evaluation"].get(task, {})
-        check_command_options(["eval", EVAL_COMMANDS[task]], options, f"config evaluation.{task}")
+    check_task_section(config["evaluation"], (CHECKPOINT,), "config evaluation")
     synthetic = config.get("synthetic", {})
-    for task in synthetic.get("tasks", []):
-        check_command_options(["eval", task], synthetic.get(task, {}), f"config synthetic.{task}")
+    check_task_section(synthetic, (PER_PRESET, STANDALONE), "config synthetic", settings=("tasks", "models"))
     check_presets(synthetic.get("models", []), "config synthetic.models")
 
 

@@ -8,7 +8,7 @@ rule evaluate:
         result=f"{RESULTS}/eval/{{task}}/{{run}}.json",
     params:
         atlas=ATLAS,
-        command=lambda wc: EVAL_COMMANDS[wc.task],
+        command=lambda wc: eval_jobs.command(wc.task),
         checkpoint=lambda wc, input: os.path.dirname(input.done),
         args=lambda wc: eval_args(wc.task),
         uri=tracking_uri(),

@@ -1,5 +1,6 @@
-# Synthetic benchmarks that train their own small models from scratch: MQAR (Fig. 7) and MAD (Table 4), one job
-# per (task, preset), and learnability (Section 6, Fig. 6: memory MLPs trained online on five streams), one job.
+# Synthetic benchmarks (the registry's tasks of kind per_preset and standalone): those that train their own small
+# models from scratch, MQAR (Fig. 7) and MAD (Table 4), one job per (task, preset); those that train no language
+# model, learnability (Section 6, Fig. 6: memory MLPs trained online on five streams), one job.
 # Options per task come from config["synthetic"]; results JSON + figure + MLflow run under the experiment
 # eval_<task>.
 
@@ -9,6 +10,7 @@ rule synthetic:
         result=f"{RESULTS}/synthetic/{{synthetic}}/{{preset}}.json",
     params:
         atlas=ATLAS,
+        command=lambda wc: eval_jobs.command(wc.synthetic),
         args=lambda wc: eval_args(wc.synthetic, section="synthetic"),
         uri=tracking_uri(),
     threads: config["resources"]["eval"]["threads"]
@@ -23,17 +25,18 @@ rule synthetic:
     benchmark:
         f"{RESULTS}/benchmarks/synthetic/{{synthetic}}/{{preset}}.tsv"
     shell:
-        "OMP_NUM_THREADS={threads} {params.atlas} eval {wildcards.synthetic} --models {wildcards.preset} "
+        "OMP_NUM_THREADS={threads} {params.atlas} eval {params.command} --models {wildcards.preset} "
         "--out {output.result} --threads {threads} --tracking-uri {params.uri:q} "
         "--experiment eval_{wildcards.synthetic} --no-progress {params.args} > {log} 2>&1"
 
 
-rule learnability:
+rule standalone:
     output:
-        result=learnability_result(),
+        result=f"{RESULTS}/synthetic/{{standalone}}/result.json",
     params:
         atlas=ATLAS,
-        args=eval_args("learnability", section="synthetic"),
+        command=lambda wc: eval_jobs.command(wc.standalone),
+        args=lambda wc: eval_args(wc.standalone, section="synthetic"),
         uri=tracking_uri(),
     threads: config["resources"]["eval"]["threads"]
     resources:
@@ -43,12 +46,13 @@ rule learnability:
     conda:
         "../envs/atlas.yaml"
     log:
-        f"{RESULTS}/logs/synthetic/learnability.log",
+        f"{RESULTS}/logs/synthetic/{{standalone}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/synthetic/learnability.tsv"
+        f"{RESULTS}/benchmarks/synthetic/{{standalone}}.tsv"
     shell:
-        "OMP_NUM_THREADS={threads} {params.atlas} eval learnability --out {output.result} --threads {threads} "
-        "--tracking-uri {params.uri:q} --experiment eval_learnability --no-progress {params.args} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} {params.atlas} eval {params.command} --out {output.result} --threads {threads} "
+        "--tracking-uri {params.uri:q} --experiment eval_{wildcards.standalone} --no-progress {params.args} "
+        "> {log} 2>&1"
 
 
 rule synthetics:

@@ -48,7 +48,7 @@ def test_bad_keys_and_values_are_refused_by_name():
         options_namespace(task_parser("mad"), {"sweep": "huge"}, where="where")
     with pytest.raises(ValueError, match=r"where: 'steps' takes one int, not \[1, 2\]"):
         options_namespace(parser, {"steps": [1, 2]}, where="where")
-    with pytest.raises(ValueError, match=r"atlas eval: no task 'mqr' \(tasks: "):
+    with pytest.raises(ValueError, match=r"atlas eval: no evaluation task 'mqr' \(tasks: ppl, lm_eval, "):
         task_parser("mqr")
 
 

@@ -82,7 +82,7 @@ def test_mqar_and_mad_report_each_arms_sizing():
 
 
 def test_command_option_and_report_column(tmp_path):
-    from atlas_experiments.reporting.eval_tables import mqar_section
+    from atlas_experiments.evaluation.tasks.mqar import mqar_section
 
     out = tmp_path / "mqar.json"
     argv = ["eval", "mqar", "--models", "deltanet", "--settings", "16x2", "--vocab-size", "16", "--width", "16",

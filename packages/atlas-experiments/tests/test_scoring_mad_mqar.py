@@ -215,7 +215,7 @@ def test_mad_memory_sizes_count_the_memory_and_the_whole_state():
 
 
 def test_mad_report_shows_each_arms_memory_beside_its_accuracy():
-    from atlas_experiments.reporting.eval_tables import mad_section
+    from atlas_experiments.evaluation.tasks.mad import mad_section
 
     runs = {
         "atlas": {"mad": {"metrics": {f"acc/atlas/{ICR}": 0.5, f"memory_size/atlas/{ICR}": 6784.0}}},

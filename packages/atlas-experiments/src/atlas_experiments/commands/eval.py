@@ -1,19 +1,19 @@
-"""`atlas eval <task>`: every evaluation subcommand; the task groups live in their own modules."""
+"""`atlas eval <task>`: one subcommand per task of the registry (`evaluation.tasks.TASKS`)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
-# Modules that add `atlas eval` subcommands through `register_subcommands(subparsers)`.
-TASK_MODULES = ("atlas_experiments.commands.eval_lm", "atlas_experiments.commands.eval_synthetic")
-
 
 def _add_tasks(inner: argparse._SubParsersAction) -> None:
-    for name in TASK_MODULES:
-        importlib.import_module(name).register_subcommands(inner)
+    from atlas_experiments.evaluation.tasks import TASKS
+
+    for task in TASKS.values():
+        p = inner.add_parser(task.command, help=task.help, description=task.help)
+        task.add_options(p)
+        p.set_defaults(handler=task.run)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,12 +22,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def task_parser(task: str) -> argparse.ArgumentParser:
-    """The parser of `atlas eval <task>` alone (the same options and defaults as the command line's)."""
+    """The parser of `atlas eval <task>` alone (the same options and defaults as the command line's); `task` is a
+    command (`lm-eval`) or a config key (`lm_eval`)."""
+    from atlas_experiments.evaluation.tasks import get_task
+
+    try:
+        command = get_task(task).command
+    except ValueError as err:
+        raise ValueError(f"atlas eval: {err}") from err
     inner = argparse.ArgumentParser(prog="atlas eval").add_subparsers(dest="eval_task")
     _add_tasks(inner)
-    if task not in inner.choices:
-        raise ValueError(f"atlas eval: no task {task!r} (tasks: {', '.join(sorted(inner.choices))})")
-    return inner.choices[task]
+    return inner.choices[command]
 
 
 def run_task(task: str, options: Mapping[str, Any], *, where: str) -> int:

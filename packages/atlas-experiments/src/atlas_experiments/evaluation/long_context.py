@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from atlas_experiments.evaluation.protocol import (
     generation_details,
     haystack_texts,
+    parse_scorings,
     print_table,
     scale_deviations,
     sibling,
@@ -41,6 +42,36 @@ class LongContextRun:
     out: str
     save_samples: bool = False
     progress: bool = True
+
+
+def add_long_context_options(p, *, lengths: tuple[int, ...], samples: int, max_new: int | None) -> None:
+    """The options S-NIAH and BABILong share (`atlas eval niah | babilong`), with each task's defaults."""
+    p.add_argument("--lengths", default=",".join(map(str, lengths)), help="context lengths in tokens")
+    p.add_argument("--samples", type=int, default=samples, help=f"samples per cell (default {samples})")
+    p.add_argument("--scoring", default="generate", help="generate (paper/RULER), rank, or generate,rank")
+    p.add_argument(
+        "--haystack",
+        default="validation",
+        choices=("validation", "train", "embedded"),
+        help="background text: the prepared data's validation/train split, or the embedded corpus",
+    )
+    p.add_argument("--max-new-tokens", type=int, default=max_new, help="tokens to generate (default: per task)")
+    p.add_argument("--save-samples", action="store_true", help="also write every prompt and prediction (JSONL)")
+
+
+def long_context_run(args) -> LongContextRun:
+    """The run settings from `add_long_context_options` and the output options, checked before the model loads."""
+    if args.samples < 1:
+        raise ValueError("--samples must be >= 1")
+    return LongContextRun(
+        scorings=tuple(parse_scorings(args.scoring)),
+        haystack=args.haystack,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        out=args.out,
+        save_samples=args.save_samples,
+        progress=not args.no_progress,
+    )
 
 
 # ------------------------------------------------------------------------------------------------------ niah

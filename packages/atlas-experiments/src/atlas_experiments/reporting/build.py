@@ -5,8 +5,9 @@
   present) beside the paper's Table 2 (760M) row of the same model; `figures/pretrain_loss.png`.
 - `ablations.md`: one table per ablation axis (validation loss per cell, the rows of the current tables when the
   workflow names them) beside the Table 6 row it speaks to; `figures/ablation_<axis>.png` (`ablations.py`).
-- `evaluations.md`: every `atlas eval` result grouped by task, with its protocol deviations; S-NIAH and MAD beside
-  Tables 3 and 4; learnability beside the paper's ordering of Fig. 6 (`learnability.py`).
+- `evaluations.md`: every `atlas eval` result grouped by task, one section per task of the registry
+  (`evaluation.tasks`: Table 2, S-NIAH and MAD beside Tables 3 and 4, MQAR as Fig. 7, learnability beside the
+  paper's ordering of Fig. 6), then every task's protocol deviations.
 - `README.md`: an index, the scale of our runs vs the paper's, and when the report was built.
 Each file is written atomically; the same runs give the same tables.
 """
@@ -18,10 +19,10 @@ from typing import Any
 
 from atlas_experiments import tracking
 from atlas_experiments._io import write_text_atomic as _write
+from atlas_experiments.evaluation import tasks as eval_tasks
 from atlas_experiments.reporting import eval_tables, figures
 from atlas_experiments.reporting import paper_tables as paper
 from atlas_experiments.reporting.ablations import TableCells, ablation_report, current_cells
-from atlas_experiments.reporting.learnability import learnability_section
 from atlas_experiments.reporting.markdown import ppl as _ppl
 from atlas_experiments.reporting.markdown import table as _table
 
@@ -83,20 +84,8 @@ def evaluation_report(runs: list[dict], fig_dir: Path) -> str:
         "# Evaluations\n\nRows are our models (`<study>/<run>` for pretrained checkpoints, a preset name for "
         "synthetic tasks, which train their own small models); the paper's numbers follow each table.\n"
     ]
-    out.append(eval_tables.lm_section(by_model, presets.get))
-    out.append(eval_tables.niah_section(by_model))
-    if figures.niah_heatmaps(by_model, fig_dir / "niah.png"):
-        out.append("\n![S-NIAH accuracy by context length and needle depth](figures/niah.png)\n")
-    out.append(eval_tables.babilong_section(by_model))
-    out.append(eval_tables.mqar_section(by_model))
-    mqar = {
-        n: {c: v for c, v in r.items() if c not in ("mean", "untrained", "memory")}
-        for n, r in eval_tables.mqar_rows(by_model).items()
-    }
-    if figures.grouped_bars("MQAR", "accuracy", mqar, fig_dir / "mqar.png"):
-        out.append("\n![MQAR accuracy per setting](figures/mqar.png)\n")
-    out.append(eval_tables.mad_section(by_model))
-    out.append(learnability_section(by_model, fig_dir))
+    context = eval_tasks.ReportContext(fig_dir=fig_dir, preset_of=presets.get)
+    out += [task.report(by_model, context) for task in eval_tasks.TASKS.values() if task.report is not None]
     out.append(eval_tables.deviations(evals))
     return "".join(out)
 

@@ -1,11 +1,9 @@
-"""Report figures (PNG, written atomically): loss curves, ablation bars, S-NIAH heatmaps, grouped bars (MQAR,
-learnability)."""
+"""Report figures (PNG, written atomically): loss curves, ablation bars, grouped bars (MQAR, learnability);
+the S-NIAH heatmaps are the niah task's (`evaluation.tasks.niah`)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Any
 
 from atlas_experiments import tracking
 from atlas_experiments.plotting import pyplot, save_figure_atomic
@@ -44,48 +42,6 @@ def ablation_bars(axis: str, values: list[tuple[str, float]], path: Path) -> boo
     lo, hi = min(v[1] for v in values), max(v[1] for v in values)
     ax.set_ylim(lo * 0.98, hi * 1.01)
     fig.tight_layout()
-    save_figure_atomic(fig, path)
-    return True
-
-
-def niah_heatmaps(by_model: dict[str, dict[str, Any]], path: Path) -> bool:
-    """One panel per model: accuracy over (context length x needle depth), averaged over needle types."""
-    grids = {}
-    for name, runs in sorted(by_model.items()):
-        metrics = runs.get("niah", {}).get("metrics", {})
-        cells: dict[tuple[int, float], list[float]] = {}
-        for k, v in metrics.items():
-            m = re.fullmatch(r"acc/\w+/len_(\d+)/depth_([\d.]+)", k)
-            if m:
-                cells.setdefault((int(m.group(1)), float(m.group(2))), []).append(v)
-        if cells:
-            grids[name] = {key: sum(v) / len(v) for key, v in cells.items()}
-    if not grids:
-        return False
-    plt = pyplot()
-    n = len(grids)
-    cols = min(n, 4)
-    rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols + 1, 2.4 * rows), squeeze=False, layout="constrained")
-    for i, (ax, (name, grid)) in enumerate(zip(axes.flat, grids.items())):
-        lengths = sorted({k[0] for k in grid})
-        depths = sorted({k[1] for k in grid})
-        data = [[grid.get((n_, d), float("nan")) for n_ in lengths] for d in depths]
-        im = ax.imshow(data, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
-        for y, row in enumerate(data):  # the value in each cell: an all-zero grid still reads as data
-            for x, value in enumerate(row):
-                ax.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if value < 0.6 else "black")  # fmt: skip
-        ax.set_xticks(range(len(lengths)), [str(x) for x in lengths], fontsize=7)
-        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=7)
-        ax.set_title(name, fontsize=8)
-        if i // cols == rows - 1 or i + cols >= n:
-            ax.set_xlabel("context length", fontsize=7)
-        if i % cols == 0:
-            ax.set_ylabel("needle depth", fontsize=7)
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="accuracy (mean over needle types)")
     save_figure_atomic(fig, path)
     return True
 
