@@ -46,7 +46,7 @@ class ModelFields:
     def from_classes(cls) -> ModelFields:
         """The settings a cell may name, from the classes that check them: `MemoryConfig`'s fields and the fields
         `AtlasConfig` declares itself (not the Hugging Face base's). The DAG build imports atlas_model anyway to
-        validate every run (common.smk), so reading the classes costs nothing extra."""
+        validate every run (config_checks.py), so reading the classes costs nothing extra."""
         from dataclasses import fields
 
         from atlas_kernels import MemoryConfig

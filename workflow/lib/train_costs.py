@@ -48,3 +48,19 @@ def requested_runtime(
         )
     minutes = runtime_minutes(rows[name]["gpu_hours"], gpus, margin)
     return minutes if max_minutes is None else min(minutes, max_minutes)
+
+
+def train_runtime(config: dict[str, Any], results: str, name: str, train_config: dict[str, Any]) -> int:
+    """Minutes train job `name` requests: `resources.train.runtime`, or with `runtime: cost` its projected GPU-hours
+    on the job's GPUs times the margin, from the cost table (`cost_table`)."""
+    train = config["resources"]["train"]
+    if train["runtime"] != "cost":
+        return train["runtime"]
+    cost = train["cost"]
+    table = cost_table(config, results)
+    return requested_runtime(table, name, train_config, max(1, train["gpu"]), cost["margin"], cost["max_runtime"])
+
+
+def cost_table(config: dict[str, Any], results: str) -> str:
+    """The cost table a config's runtimes come from (`snakemake cost_table` writes it)."""
+    return config["resources"]["train"]["cost"]["table"] or f"{results}/costs/train.json"

@@ -1,4 +1,6 @@
-# Shared helpers: paths, the `atlas` command, run configs, ablation cells.
+# Shared helpers: paths, the `atlas` command, and thin wrappers over workflow/lib (plain Python, tested there):
+# run configs (run_configs.py), ablation tables (ablation_tables.py), evaluation jobs (eval_jobs.py), the claims
+# study's jobs (study_jobs.py), Slurm runtimes (train_costs.py) and the DAG-build config check (config_checks.py).
 import json
 import os
 import shutil
@@ -14,7 +16,11 @@ ROOT = Path(workflow.current_basedir).resolve().parents[1]  # this file is workf
 
 sys.path.insert(0, str(ROOT / "workflow" / "lib"))
 import eval_jobs
+import train_costs
 from ablation_tables import ModelFields, read_table
+from config_checks import validate_config
+from run_configs import RunConfigs
+from study_jobs import StudyJobs
 
 
 def atlas_cli():
@@ -37,123 +43,34 @@ def tracking_uri():
     return resolve_tracking_uri(config["tracking"].get("uri"), RESULTS, absolute=False)
 
 
-# the one merge rule of every config layer (mappings merge key by key, anything else replaces)
-from atlas_experiments.configio import merge_settings as deep_merge
-from atlas_experiments.tracking.store import CELL_TAG_PREFIX
-
-
-# ---- ablations: per axis, run name -> the AtlasConfig overrides of one cell (workflow/lib/ablation_tables.py);
-# a key that is no model setting fails here, at DAG build, naming the table, the row and the key
-MODEL_FIELDS = ModelFields.from_classes()
+# ---- pretraining runs: a model of `models` or a cell of an ablation table; a table key that is no model setting
+# fails here, at DAG build, naming the table, the row and the key
 ABLATIONS = {
-    axis: read_table(ROOT / path, MODEL_FIELDS, shown=path) for axis, path in config["ablations"]["tables"].items()
+    axis: read_table(ROOT / path, ModelFields.from_classes(), shown=path)
+    for axis, path in config["ablations"]["tables"].items()
 }
+RUNS = RunConfigs(config, RESULTS, ABLATIONS)
+train_config, train_jobs = RUNS.train_config, RUNS.train_jobs
+parent_record, parent_params = RUNS.parent_record, RUNS.parent_params
 
 
-def run_spec(study, run):
-    """(preset, overrides) of a pretraining run: a model of `models`, or a cell of an ablation table."""
-    if study == "pretrain":
-        spec = config["models"][run]
-        return spec["preset"], dict(spec.get("overrides", {}))
-    axis = study.removeprefix("ablation_")
-    base = config["ablations"]["base"]
-    return base["preset"], deep_merge(base.get("overrides", {}), ABLATIONS[axis][run])
-
-
-def train_config(study, run):
-    """The resolved TrainConfig mapping of one run (passed to `atlas train` as JSON)."""
-    preset, overrides = run_spec(study, run)
-    tracking = {"enabled": True, "experiment": study, "run_name": run}  # the store: `--tracking-uri` of the rule
-    if study.startswith("ablation_"):
-        axis = study.removeprefix("ablation_")
-        tracking["parent"] = parent_record(axis)
-        tracking["tags"] = {CELL_TAG_PREFIX + key: text for key, text in ABLATIONS[axis].values[run].items()}
-    cfg = deep_merge(
-        config["train"]["defaults"],
-        {
-            "model": {"preset": preset, "size": config["train"]["size"], "overrides": overrides},
-            "data": {"path": f"{RESULTS}/data/{config['train']['data']}"},
-            "tracking": tracking,
-        },
-    )
-    return cfg
-
-
-def parent_record(axis):
-    """The MLflow parent run of one ablation axis (its cells are nested under it)."""
-    return f"{RESULTS}/runs/ablation_{axis}/parent.json"
-
-
-def parent_params(axis):
-    """What defines an ablation study besides its cells: a change here starts a new parent (and reruns every cell)."""
-    base = config["ablations"]["base"]
-    return {"axis": axis, "table": config["ablations"]["tables"][axis], "base": base, "train": config["train"]}
+run_dir, final_checkpoint, all_targets = RUNS.run_dir, RUNS.final_checkpoint, RUNS.all_targets
+pretrain_targets, ablation_cells, ablation_summary = RUNS.pretrain_targets, RUNS.ablation_cells, RUNS.ablation_summary
 
 
 def train_inputs(wc):
-    """An ablation cell needs its parent record; `ancient` so a new cell never reruns its finished siblings."""
-    inputs = {
-        "manifest": f"{RESULTS}/data/{config['train']['data']}/manifest.json",
-        "config": f"{run_dir(wc.study, wc.run)}/train.json",
-    }
-    if wc.study.startswith("ablation_"):
-        inputs["parent"] = ancient(parent_record(wc.study.removeprefix("ablation_")))
+    inputs = RUNS.train_inputs(wc.study, wc.run)
+    if "parent" in inputs:
+        inputs["parent"] = ancient(inputs["parent"])  # a new cell never reruns its finished siblings
     return inputs
 
 
-def run_dir(study, run):
-    return f"{RESULTS}/runs/{study}/{run}"
+COST_TABLE = train_costs.cost_table(config, RESULTS)
 
 
-def final_checkpoint(study, run):
-    return f"{run_dir(study, run)}/checkpoints/final/COMPLETE"
-
-
-def pretrain_targets():
-    return [final_checkpoint("pretrain", m) for m in config["models"]]
-
-
-def ablation_cells(axis):
-    return [final_checkpoint(f"ablation_{axis}", run) for run in ABLATIONS[axis]]
-
-
-def train_jobs():
-    """Every pretraining job of the config, "<study>/<run>" -> its resolved TrainConfig mapping."""
-    jobs = {f"pretrain/{model}": train_config("pretrain", model) for model in config["models"]}
-    for axis, cells in ABLATIONS.items():
-        jobs.update({f"ablation_{axis}/{run}": train_config(f"ablation_{axis}", run) for run in cells})
-    return jobs
-
-
-COST_TABLE = config["resources"]["train"]["cost"]["table"] or f"{RESULTS}/costs/train.json"
-
-
-def train_runtime(wildcards):
-    """Minutes a train job requests: the config's number, or with `runtime: cost` its projected GPU-hours on the
-    job's GPUs times the margin, from the cost table (workflow/lib/train_costs.py, docs/costs.md)."""
-    train = config["resources"]["train"]
-    if train["runtime"] != "cost":
-        return train["runtime"]
-    from train_costs import requested_runtime
-
-    cost = train["cost"]
-    name = f"{wildcards.study}/{wildcards.run}"
-    return requested_runtime(
-        COST_TABLE,
-        name,
-        train_config(wildcards.study, wildcards.run),
-        max(1, train["gpu"]),
-        cost["margin"],
-        cost["max_runtime"],
-    )
-
-
-def ablation_summary(axis):
-    return f"{RESULTS}/runs/ablation_{axis}/summary.json"
-
-
-def all_targets():
-    return pretrain_targets() + [ablation_summary(axis) for axis in ABLATIONS]
+def train_runtime(wc):
+    """Minutes a train job requests (workflow/lib/train_costs.py, docs/costs.md)."""
+    return train_costs.train_runtime(config, RESULTS, f"{wc.study}/{wc.run}", train_config(wc.study, wc.run))
 
 
 # ---- evaluation: the package's task registry decides commands, wildcards and targets (workflow/lib/eval_jobs.py)
@@ -183,50 +100,16 @@ wildcard_constraints:
 
 # ---- the claims study (rules in study.smk): its settings, jobs and the corpus of its language-model protocols
 STUDY = config.get("study") or yaml.safe_load((ROOT / "config" / "study.yaml").read_text())["study"]
-STUDY_ROOT = f"{RESULTS}/study"
-STUDY_ARGS = f"--claims {STUDY['claims']} --scale {STUDY['scale']} --root {STUDY_ROOT}"
-
-
-def study_plan():
-    from atlas_experiments.study.claims import load_claims
-    from atlas_experiments.study.plan import plan_jobs
-
-    registry = load_claims(ROOT / STUDY["claims"])
-    return plan_jobs(registry, STUDY["scale"].split(","))
-
-
-_PLAN = study_plan()
-STUDY_JOBS = [job.name for job in _PLAN]
-# language-model protocols train on a prepared corpus (`args.data`: a dataset of the `data` section)
-LM_PROTOCOLS = {job.protocol.name: job.protocol.args["data"] for job in _PLAN if job.protocol.task == "lm"}
-if len(set(LM_PROTOCOLS.values())) > 1:
-    raise ValueError(f"study: the lm protocols use several corpora {sorted(set(LM_PROTOCOLS.values()))}; one at a time")
-STUDY_DATA = next(iter(LM_PROTOCOLS.values()), None)
-STUDY_MANIFEST = [f"{RESULTS}/data/{STUDY_DATA}/manifest.json"] if STUDY_DATA else []
-STUDY_DATA_ARG = f"--data {RESULTS}/data/{STUDY_DATA}" if STUDY_DATA else ""
+STUDY_PLAN = StudyJobs.plan(STUDY, ROOT, RESULTS)
+STUDY_ROOT, STUDY_ARGS = STUDY_PLAN.root, STUDY_PLAN.args
+STUDY_MANIFEST, STUDY_DATA_ARG, LM_PROTOCOLS = STUDY_PLAN.manifest, STUDY_PLAN.data_arg, STUDY_PLAN.lm_protocols
 
 
 def study_job_inputs(wc):
-    inputs = {"plan": f"{STUDY_ROOT}/plan.json", "parent": ancient(f"{STUDY_ROOT}/parent.json")}
-    if wc.protocol in LM_PROTOCOLS:
-        inputs["manifest"] = STUDY_MANIFEST[0]
+    inputs = STUDY_PLAN.job_inputs(wc.protocol)
+    inputs["parent"] = ancient(inputs["parent"])  # a new parent record never reruns finished jobs
     return inputs
 
 
-# ---- DAG-build validation: the package checks every run, cell and option before any job starts (a typo fails
-# `snakemake -n` naming the file, row and key); ~8 s, mostly importing atlas_model
-def _validate_config():
-    from atlas_experiments.evaluation.tasks import CHECKPOINT, PER_PRESET, STANDALONE
-    from atlas_experiments.validate import check_presets, check_task_section, check_train_configs
-
-    runs = [(f"config models.{name}", train_config("pretrain", name)) for name in config["models"]]
-    for axis, cells in ABLATIONS.items():
-        runs += [(f"{cells.where[run]} (run {run})", train_config(f"ablation_{axis}", run)) for run in cells]
-    check_train_configs(runs)
-    check_task_section(config["evaluation"], (CHECKPOINT,), "config evaluation")
-    synthetic = config.get("synthetic", {})
-    check_task_section(synthetic, (PER_PRESET, STANDALONE), "config synthetic", settings=("tasks", "models"))
-    check_presets(synthetic.get("models", []), "config synthetic.models")
-
-
-_validate_config()
+# ---- DAG-build validation (~8 s, mostly importing atlas_model)
+validate_config(config, RUNS)

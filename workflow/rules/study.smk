@@ -1,7 +1,7 @@
 # The pre-registered claims study: pilot (budget check) -> one job per (protocol, arm, seed) -> verdicts.
 # Jobs are `atlas study run` (the product's `atlas eval` of the protocol), tracked in the MLflow experiment
 # `study` under one parent run; the verdicts apply the registered decision rule (atlas_experiments.study).
-# Settings, jobs and the corpus of the language-model protocols: common.smk ("the claims study").
+# Settings, jobs and the corpus of the language-model protocols: workflow/lib/study_jobs.py (through common.smk).
 
 
 localrules:
@@ -79,7 +79,7 @@ rule study_job:
 
 rule study_report:
     input:
-        [f"{STUDY_ROOT}/{job}.json" for job in STUDY_JOBS],
+        STUDY_PLAN.results_files(),
     output:
         verdicts=f"{STUDY['report_dir']}/verdicts.md",
         # results/ is not committed, reports/ is: without this stamp a fresh clone's committed verdicts would make

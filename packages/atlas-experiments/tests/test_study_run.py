@@ -12,6 +12,7 @@ import yaml
 from atlas_experiments.cli import main
 from atlas_experiments.commands.eval import task_parser
 from atlas_experiments.commands.options import options_namespace
+from atlas_experiments.evaluation.tasks import TASKS
 from atlas_experiments.study import pilot
 from atlas_experiments.study.claims import load_claims, parse_claims
 from atlas_experiments.study.execute import lm_train_config, resume_folder, run_job
@@ -96,7 +97,8 @@ def test_the_registered_plan_at_cpu_scale():
     assert argv[-4:] == ["--seed", "11", "--out", str(job.result("r"))]
     # the in-process run takes the same options, checked and typed by the command's own parser
     args = options_namespace(task_parser("mqar"), options, where="job")
-    assert (args.width, args.steps, args.seed, args.handler.__name__) == ("64", 400, 11, "run_mqar_command")
+    assert (args.width, args.steps, args.seed) == ("64", 400, 11)
+    assert args.handler is TASKS["mqar"].run
 
 
 def test_metric_keys_are_where_the_commands_write_them():
