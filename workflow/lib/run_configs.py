@@ -1,5 +1,6 @@
-"""The pretraining runs of a workflow config: each run's (preset, overrides), its resolved TrainConfig mapping, the
-MLflow parent of an ablation axis and what defines it, and every job for the cost table.
+"""The pretraining runs of a workflow config: each run's model arm (`atlas_experiments.arms.ModelArm`), its
+resolved TrainConfig mapping, the MLflow parent of an ablation axis and what defines it, and every job for the
+cost table.
 
 A run is `pretrain/<model>` (a model of config `models`) or `ablation_<axis>/<cell>` (a row of an ablation table on
 top of `ablations.base`). Plain Python, no snakemake: the rules call it through thin wrappers in common.smk and
@@ -14,7 +15,7 @@ from typing import Any
 
 from ablation_tables import Cells
 
-from atlas_experiments.configio import merge_settings
+from atlas_experiments.arms import ModelArm
 from atlas_experiments.tracking.store import CELL_TAG_PREFIX
 
 PRETRAIN = "pretrain"
@@ -30,33 +31,27 @@ class RunConfigs:
     results: str
     ablations: Mapping[str, Cells]
 
-    def run_spec(self, study: str, run: str) -> tuple[str, dict[str, Any]]:
-        """(preset, overrides) of a pretraining run: a model of `models`, or a cell of an ablation table."""
+    def arm(self, study: str, run: str) -> ModelArm:
+        """The model of a pretraining run: a model of `models`, or a cell of an ablation table on the base."""
+        size = self.config["train"]["size"]
         if study == PRETRAIN:
             spec = self.config["models"][run]
-            return spec["preset"], dict(spec.get("overrides", {}))
+            return ModelArm(spec["preset"], size, spec.get("overrides", {}))
         axis = study.removeprefix(ABLATION_PREFIX)
         base = self.config["ablations"]["base"]
-        return base["preset"], merge_settings(base.get("overrides", {}), self.ablations[axis][run])
+        return ModelArm(base["preset"], size, base.get("overrides", {})).over(self.ablations[axis][run])
 
     def train_config(self, study: str, run: str) -> dict[str, Any]:
         """The resolved TrainConfig mapping of one run (the rule `train_config` writes it as the run's train.json).
         An ablation cell carries its table row as MLflow tags, so reports never parse settings back from names."""
-        preset, overrides = self.run_spec(study, run)
         tracking: dict[str, Any] = {"enabled": True, "experiment": study, "run_name": run}  # store: the rule's URI
         if study.startswith(ABLATION_PREFIX):
             axis = study.removeprefix(ABLATION_PREFIX)
             tracking["parent"] = self.parent_record(axis)
             tracking["tags"] = {CELL_TAG_PREFIX + key: text for key, text in self.ablations[axis].values[run].items()}
         train = self.config["train"]
-        return merge_settings(
-            train["defaults"],
-            {
-                "model": {"preset": preset, "size": train["size"], "overrides": overrides},
-                "data": {"path": f"{self.results}/data/{train['data']}"},
-                "tracking": tracking,
-            },
-        )
+        data = {"path": f"{self.results}/data/{train['data']}"}
+        return self.arm(study, run).train_config(train["defaults"], data=data, tracking=tracking)
 
     def parent_record(self, axis: str) -> str:
         """The MLflow parent run of one ablation axis (its cells are nested under it)."""

@@ -8,19 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from atlas_experiments.study._fields import ClaimsError, thaw
+from atlas_experiments.study._fields import ClaimsError
 from atlas_experiments.study.claims import Registry
-
-
-def merged_overrides(base: Mapping[str, Any], arm: Mapping[str, Any]) -> dict[str, Any]:
-    """A protocol's model overrides, then the arm's; `memory` mappings merge key by key, as in from_preset."""
-    out = thaw(base)
-    for key, value in thaw(arm).items():
-        if key == "memory" and isinstance(value, dict) and isinstance(out.get("memory"), dict):
-            out["memory"] = {**out["memory"], **value}
-        else:
-            out[key] = value
-    return out
 
 
 def check_arm_configs(registry: Registry, size: str = "tiny") -> None:
@@ -43,9 +32,8 @@ def check_arm_configs(registry: Registry, size: str = "tiny") -> None:
             if p is not None and p.size is not None and (p.size, p.model_overrides) not in targets:
                 targets.append((p.size, p.model_overrides))
         for target_size, base in targets:
+            model = arm.model_arm(target_size, base)
             try:
-                atlas_model.AtlasConfig.from_preset(
-                    arm.preset, size=target_size, **merged_overrides(base, arm.overrides)
-                )
+                atlas_model.AtlasConfig.from_preset(model.preset, size=model.size, **model.model()["overrides"])
             except (ValueError, TypeError) as exc:
                 raise ClaimsError(f"{where}.overrides (size {target_size}): {exc}") from exc

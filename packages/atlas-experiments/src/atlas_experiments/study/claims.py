@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from atlas_experiments.arms import ModelArm
 from atlas_experiments.study import _fields as check
 from atlas_experiments.study._fields import ClaimsError
 from atlas_experiments.study.decision import ALPHA, CI_LEVEL, MIN_SEEDS
@@ -85,6 +86,13 @@ class Arm:
     def config_overrides(self) -> dict[str, Any]:
         """The overrides as plain (mutable) data for `AtlasConfig.from_preset`."""
         return check.thaw(self.overrides)
+
+    def model_arm(self, size: str, base: Mapping[str, Any] | None = None) -> ModelArm:
+        """This arm as a model at `size` on top of a protocol's model overrides `base` (the arm's own win), the
+        object the workflow's runs are too (`atlas_experiments.arms`). A preset arm only."""
+        if self.preset is None:
+            raise ValueError(f"arm {self.name!r} selects a task cell; it is no model")
+        return ModelArm(self.preset, size).over(base or {}, self.overrides)
 
 
 @dataclass(frozen=True)

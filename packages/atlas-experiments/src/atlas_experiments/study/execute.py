@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from atlas_experiments._io import write_json_atomic
-from atlas_experiments.configio import merge_settings
 from atlas_experiments.study._fields import thaw
 from atlas_experiments.study.plan import Job, write_model_files
 
@@ -38,18 +37,16 @@ def lm_train_config(job: Job, data_dir: str | Path, overrides: Mapping[str, Any]
     unknown = sorted(set(args) - {*_TRAIN_KEYS, "data", "seq_len"})
     if unknown:
         raise ValueError(f"protocols.{job.protocol.name}.args: not a key of an lm job: {', '.join(unknown)}")
-    model = merge_settings(thaw(job.protocol.model_overrides), job.arm.config_overrides())
-    cfg = {key: args[key] for key in _TRAIN_KEYS if key in args}
-    return {
-        **cfg,
-        "model": {"preset": job.arm.preset, "size": job.protocol.size or "tiny", "overrides": model},
-        "data": {"path": str(data_dir), "seq_len": int(args["seq_len"])},
-        "seed": job.seed,
-        "eval_interval": int(args["steps"]),
-        "checkpoint_interval": 0,
-        "keep_checkpoints": 1,
-        "tracking": {"enabled": False},
-    }
+    arm = job.arm.model_arm(job.protocol.size or "tiny", job.protocol.model_overrides)
+    return arm.train_config(
+        {key: args[key] for key in _TRAIN_KEYS if key in args},
+        data={"path": str(data_dir), "seq_len": int(args["seq_len"])},
+        tracking={"enabled": False},
+        seed=job.seed,
+        eval_interval=int(args["steps"]),
+        checkpoint_interval=0,
+        keep_checkpoints=1,
+    )
 
 
 def run_job(
