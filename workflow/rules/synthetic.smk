@@ -2,7 +2,8 @@
 # models from scratch, MQAR (Fig. 7) and MAD (Table 4), one job per (task, preset); those that train no language
 # model, learnability (Section 6, Fig. 6: memory MLPs trained online on five streams), one job.
 # Options per task come from config["synthetic"]; results JSON + figure + MLflow run under the experiment
-# eval_<task>.
+# eval_<task>. The shell names a task by its config key, which `atlas eval` takes as well as its command (their
+# parameters stay those of before the task registry, so finished jobs are not rerun).
 
 
 rule synthetic:
@@ -10,7 +11,6 @@ rule synthetic:
         result=f"{RESULTS}/synthetic/{{synthetic}}/{{preset}}.json",
     params:
         atlas=ATLAS,
-        command=lambda wc: eval_jobs.command(wc.synthetic),
         args=lambda wc: eval_args(wc.synthetic, section="synthetic"),
         uri=tracking_uri(),
     threads: config["resources"]["eval"]["threads"]
@@ -25,7 +25,7 @@ rule synthetic:
     benchmark:
         f"{RESULTS}/benchmarks/synthetic/{{synthetic}}/{{preset}}.tsv"
     shell:
-        "OMP_NUM_THREADS={threads} {params.atlas} eval {params.command} --models {wildcards.preset} "
+        "OMP_NUM_THREADS={threads} {params.atlas} eval {wildcards.synthetic} --models {wildcards.preset} "
         "--out {output.result} --threads {threads} --tracking-uri {params.uri:q} "
         "--experiment eval_{wildcards.synthetic} --no-progress {params.args} > {log} 2>&1"
 
@@ -35,7 +35,6 @@ rule standalone:
         result=f"{RESULTS}/synthetic/{{standalone}}/result.json",
     params:
         atlas=ATLAS,
-        command=lambda wc: eval_jobs.command(wc.standalone),
         args=lambda wc: eval_args(wc.standalone, section="synthetic"),
         uri=tracking_uri(),
     threads: config["resources"]["eval"]["threads"]
@@ -50,9 +49,9 @@ rule standalone:
     benchmark:
         f"{RESULTS}/benchmarks/synthetic/{{standalone}}.tsv"
     shell:
-        "OMP_NUM_THREADS={threads} {params.atlas} eval {params.command} --out {output.result} --threads {threads} "
-        "--tracking-uri {params.uri:q} --experiment eval_{wildcards.standalone} --no-progress {params.args} "
-        "> {log} 2>&1"
+        "OMP_NUM_THREADS={threads} {params.atlas} eval {wildcards.standalone} --out {output.result} "
+        "--threads {threads} --tracking-uri {params.uri:q} --experiment eval_{wildcards.standalone} --no-progress "
+        "{params.args} > {log} 2>&1"
 
 
 rule synthetics:

@@ -38,6 +38,9 @@ def test_each_task_parses_its_own_defaults_and_runs_its_own_handler(name, capsys
     assert exit_.value.code == 0 and task.help.split(":")[0] in " ".join(capsys.readouterr().out.split())
     parser = task_parser(name)
     assert parser.get_default("handler") is task.run
+    with pytest.raises(SystemExit) as exit_:  # the config key is a name of the command too
+        main(["eval", task.name, "--help"])
+    assert exit_.value.code == 0
 
 
 def test_a_task_record_refuses_an_unknown_kind_and_a_command_of_another_name():

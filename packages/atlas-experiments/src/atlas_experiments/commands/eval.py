@@ -11,7 +11,9 @@ def _add_tasks(inner: argparse._SubParsersAction) -> None:
     from atlas_experiments.evaluation.tasks import TASKS
 
     for task in TASKS.values():
-        p = inner.add_parser(task.command, help=task.help, description=task.help)
+        # the config key works too (`atlas eval lm_eval`): the workflow's rules name a task by it
+        aliases = [task.name] if task.name != task.command else []
+        p = inner.add_parser(task.command, aliases=aliases, help=task.help, description=task.help)
         task.add_options(p)
         p.set_defaults(handler=task.run)
 
