@@ -49,19 +49,15 @@ def check_task_section(
     """A config section of evaluation tasks (`tasks`: the names that run; `settings`: the section's own keys; every
     other key: one task's options): each name is a task of the registry of one of `kinds`, and each task's options
     are options of its command."""
-    from atlas_experiments.evaluation.tasks import TASKS, get_task
+    from atlas_experiments.evaluation.tasks import TASKS
 
-    allowed = [name for name, task in TASKS.items() if task.kind in kinds]
+    allowed = {name: task for name, task in TASKS.items() if task.kind in kinds}
     for key in [*section.get("tasks", []), *(k for k in section if k not in settings)]:
-        try:
-            task = get_task(key)
-        except ValueError:
-            task = None
-        if task is None or task.kind not in kinds:
+        if key.replace("-", "_") not in allowed:
             raise ConfigError(f"{where}: {key!r} is not a task of this section (its tasks: {', '.join(allowed)})")
     for key, options in section.items():
         if key not in settings:
-            check_command_options(["eval", get_task(key).command], options, f"{where}.{key}")
+            check_command_options(["eval", allowed[key.replace("-", "_")].command], options, f"{where}.{key}")
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
