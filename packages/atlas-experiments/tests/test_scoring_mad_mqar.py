@@ -12,9 +12,9 @@ import torch
 
 from atlas_data.synthetic import IGNORE_INDEX, TokenDataset
 from atlas_experiments.evaluation import mad, mqar
-from atlas_experiments.evaluation.mad import MADProtocol, best_of_sweep, run_mad, task_score
-from atlas_experiments.evaluation.mqar import MQARProtocol, best_lr_run, mean_accuracy, run_mqar
-from atlas_experiments.evaluation.synthetic_train import ModelChoice, evaluate
+from atlas_experiments.evaluation.mad import MADProtocol, run_mad, task_score
+from atlas_experiments.evaluation.mqar import MQARProtocol, mean_accuracy, run_mqar
+from atlas_experiments.evaluation.synthetic_train import ModelChoice, best_run, evaluate
 
 NAN = float("nan")
 X = IGNORE_INDEX
@@ -69,6 +69,10 @@ def test_token_accuracy_without_answers_is_nan():
 
 def _run(acc, acc_macro=None, lr=1e-3, wd=0.0):
     return {"lr": lr, "weight_decay": wd, "acc": acc, "acc_macro": acc if acc_macro is None else acc_macro, "loss": 1.0}
+
+
+def best_of_sweep(runs):  # MAD's selection (mad-lab): the sweep point with the best test accuracy
+    return best_run(runs, "acc")
 
 
 def test_best_of_sweep_picks_the_highest_accuracy_first_on_ties_and_skips_nan():
@@ -153,6 +157,10 @@ def test_mqar_mean_accuracy_is_the_unweighted_mean_over_settings():
     assert mean_accuracy([{"acc": 1.0}, {"acc": 0.5}, {"acc": 0.25}, {"acc": 0.0}]) == pytest.approx(0.4375)
     assert mean_accuracy([{"acc": 0.0}, {"acc": 0.0}]) == 0.0
     assert mean_accuracy([{"acc": 1.0}, {"acc": 1.0}]) == 1.0
+
+
+def best_lr_run(runs):  # MQAR's selection without a validation split
+    return best_run(runs, "mean_acc")
 
 
 def test_mqar_best_lr_is_the_highest_mean_earliest_on_ties():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -24,10 +25,12 @@ from torch import nn
 
 from atlas_data.synthetic.mad import GRIDS, MAD_TASKS, MADSetting, generate_mad, mad_settings
 from atlas_experiments.evaluation.results import EvalResult
+from atlas_experiments.evaluation.resume import ResumeDir
+from atlas_experiments.evaluation.sweep import Snapshots, SweepPoint, arm_config_kwargs, run_sweep
 from atlas_experiments.evaluation.synthetic_train import (
+    FitSnapshot,
     ModelChoice,
     TrainSettings,
-    best_run,
     build_lm,
     comparison_result,
     evaluate,
@@ -173,14 +176,7 @@ class MADProtocol:
 
 
 def _config_kwargs(protocol: MADProtocol, vocab_size: int) -> dict[str, Any]:
-    return {
-        "vocab_size": vocab_size,
-        "width": protocol.width,
-        "layers": protocol.layers,
-        "heads": protocol.heads,
-        "memory_head_dim": protocol.memory_head_dim,
-        "memory_expansion": protocol.memory_expansion,
-    }
+    return arm_config_kwargs(protocol, width=protocol.width, vocab_size=vocab_size)
 
 
 def _model_config(choice: ModelChoice, setting: MADSetting, protocol: MADProtocol):
@@ -228,6 +224,7 @@ def _train_and_score(
     seed: int,
     device: torch.device,
     progress: bool,
+    snapshot: FitSnapshot | None = None,
 ) -> dict[str, Any]:
     cfg = _model_config(choice, setting, protocol)
     if setting.task == "compression":
@@ -239,7 +236,10 @@ def _train_and_score(
         forward = lm_forward
     settings = TrainSettings.for_sweep(protocol, lr=lr, weight_decay=wd)
     desc = f"mad {choice.name} {setting.task} {setting.label} lr={lr:g} wd={wd:g}"
-    summary = fit(model, [train], settings, forward=forward, seed=seed, device=device, progress=progress, desc=desc)
+    summary = fit(
+        model, [train], settings, forward=forward, seed=seed, device=device, progress=progress, desc=desc,
+        snapshot=snapshot,
+    )  # fmt: skip
     score = evaluate(model, test, forward=forward, batch_size=protocol.eval_batch_size, device=device)
     return {
         "lr": lr,
@@ -250,10 +250,12 @@ def _train_and_score(
     }
 
 
-def best_of_sweep(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The sweep point with the highest test accuracy (mad-lab's selection; `best_run`: the first on a tie, NaN
-    never wins)."""
-    return best_run(runs, "acc")
+def _train_point(point: SweepPoint, snapshots: Snapshots, *, choice: ModelChoice, setting: MADSetting,
+                 **kwargs: Any) -> dict[str, Any]:  # fmt: skip
+    lr, wd = point.values["lr"], point.values["weight_decay"]
+    run = _train_and_score(choice, setting, lr=lr, wd=wd, snapshot=snapshots({}) if snapshots else None, **kwargs)
+    log.info("mad %s %s %s lr=%g wd=%g: acc %.3f", choice.name, setting.task, setting.label, lr, wd, run["acc"])
+    return run
 
 
 def task_score(best_per_setting: Sequence[dict[str, Any]]) -> tuple[float, float]:
@@ -271,8 +273,11 @@ def run_mad(
     seed: int = 0,
     device: torch.device | str = "cpu",
     progress: bool = True,
+    resume: ResumeDir | None = None,
 ) -> EvalResult:
-    """Train and score every (model, task, setting, sweep point); best-of-sweep per setting, mean per task."""
+    """Train and score every (model, task, setting, sweep point); best-of-sweep per setting, mean per task. With
+    `resume`, each sweep point's run survives a kill (`evaluation.resume`: a rerun skips the finished runs and
+    continues the unfinished one from its snapshot)."""
     device = torch.device(device)
     models, matches = matched_arms(models, protocol, device=device)
     metrics: dict[str, float] = {}
@@ -283,22 +288,29 @@ def run_mad(
     for task in protocol.tasks:
         settings = protocol.settings(task)
         per_model: dict[str, list[dict[str, Any]]] = {c.name: [] for c in models}
-        for setting in settings:
+        for index, setting in enumerate(settings):
             train = generate_mad(setting, "train", seed=seed)
             test = generate_mad(setting, "test", seed=seed)
             for choice in models:
-                runs = []
-                for lr in protocol.lrs:
-                    for wd in protocol.wds:
-                        run = _train_and_score(
-                            choice, setting, train, test, lr, wd, protocol, seed=seed, device=device, progress=progress
-                        )
-                        runs.append(run)
-                        details["runs"].append({"model": choice.name, "task": task, "setting": setting.label, **run})
-                        log.info(
-                            "mad %s %s %s lr=%g wd=%g: acc %.3f", choice.name, task, setting.label, lr, wd, run["acc"]
-                        )
-                best = best_of_sweep(runs)
+                points = [
+                    SweepPoint(
+                        f"{task}-s{index}-lr{lr:g}-wd{wd:g}",
+                        {"task": task, "setting": setting.label, "lr": lr, "weight_decay": wd},
+                        {"lr": lr, "weight_decay": wd},
+                    )
+                    for lr in protocol.lrs
+                    for wd in protocol.wds
+                ]
+
+                # mad-lab selects the sweep point on test accuracy
+                train_point = partial(
+                    _train_point, choice=choice, setting=setting, train=train, test=test, protocol=protocol,
+                    seed=seed, device=device, progress=progress,
+                )  # fmt: skip
+                runs, best = run_sweep(
+                    points, train_point, select="acc", choice=choice, seed=seed, protocol=protocol, resume=resume
+                )
+                details["runs"] += [{"model": choice.name, "task": task, "setting": setting.label, **r} for r in runs]
                 per_model[choice.name].append({"setting": setting.label, **best})
                 metrics[f"acc/{choice.name}/{task}/{setting.label}"] = best["acc"]
         for choice in models:

@@ -22,10 +22,10 @@ import torch
 from atlas_data.synthetic.mqar import MQARConfig, generate_mqar
 from atlas_experiments.evaluation.results import EvalResult
 from atlas_experiments.evaluation.resume import ResumeDir
+from atlas_experiments.evaluation.sweep import SweepPoint, arm_config_kwargs, run_sweep
 from atlas_experiments.evaluation.synthetic_train import (
     ModelChoice,
     TrainSettings,
-    best_run,
     build_lm,
     comparison_result,
     count_parameters,
@@ -163,14 +163,7 @@ def held_out_sets(protocol: MQARProtocol, seed: int) -> list:
 
 def config_kwargs(protocol: MQARProtocol, width: int) -> dict[str, Any]:
     """`model_config`'s keyword arguments for an arm of `protocol` at `width`."""
-    return {
-        "vocab_size": protocol.vocab_size,
-        "width": width,
-        "layers": protocol.layers,
-        "heads": protocol.heads,
-        "memory_head_dim": protocol.memory_head_dim,
-        "memory_expansion": protocol.memory_expansion,
-    }
+    return arm_config_kwargs(protocol, width=width, vocab_size=protocol.vocab_size)
 
 
 def sized_arm(choice: ModelChoice, protocol: MQARProtocol, width: int, device: torch.device | str = "cpu"):
@@ -197,12 +190,6 @@ def mean_accuracy(scores: Sequence[dict[str, float]]) -> float:
     return float(np.mean([s["acc"] for s in scores]))
 
 
-def best_lr_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The run of the lr sweep with the best validation accuracy where there is a validation split, else the best
-    `mean_acc` (`best_run`: the earlier lr on a tie, NaN never wins)."""
-    return best_run(runs, "val_acc" if runs and "val_acc" in runs[0] else "mean_acc")
-
-
 def run_mqar(
     models: Sequence[ModelChoice],
     protocol: MQARProtocol,
@@ -224,53 +211,40 @@ def run_mqar(
     table: list[dict[str, Any]] = []
     for choice in models:
         for width in protocol.widths:
-            kwargs = config_kwargs(protocol, width)
             arm, match = sized_arm(choice, protocol, width, device)
             if match is not None:
                 log.info("mqar %s d=%d: memory %s", choice.name, width, match.describe())
-            cfg = model_config(arm, **kwargs)
+            cfg = model_config(arm, **config_kwargs(protocol, width))
             key = f"{choice.name}/d={width}"
-            width_runs: list[dict[str, Any]] = []
-            sizes: dict[int, dict[str, int]] = {}
-            init_acc: list[float] = []
-            params = 0
-            for lr in protocol.lrs:
+            # the untrained model (every lr's run starts from these weights: build_lm seeds them)
+            model = build_lm(cfg, seed, device)
+            params = count_parameters(model)
+            sizes = {c.seq_len: state_size(model, c.seq_len, c.vocab_size, device) for c in protocol.configs}
+            init_acc = [evaluate(model, d, batch_size=protocol.eval_batch_size, device=device)["acc"] for d in test]
+            del model
+
+            def train_lr(point: SweepPoint, snapshots, choice=choice, cfg=cfg, key=key, width=width) -> dict[str, Any]:
+                lr = point.values["lr"]
                 model = build_lm(cfg, seed, device)
-                params = count_parameters(model)
-                if not sizes:
-                    sizes = {c.seq_len: state_size(model, c.seq_len, c.vocab_size, device) for c in protocol.configs}
-                    init_acc = [
-                        evaluate(model, d, batch_size=protocol.eval_batch_size, device=device)["acc"] for d in test
-                    ]
-                settings = TrainSettings.for_sweep(protocol, lr=lr)
-                run_key = resume.key(choice, width, lr, seed, protocol) if resume else ""
-                finished = resume.finished(run_key) if resume else None
-                if finished is not None:
-                    runs.append(finished)
-                    width_runs.append(finished)
-                    log.info("mqar %s lr=%g: finished in an earlier run (%s)", key, lr, resume.folder)
-                    del model
-                    continue
                 curve: list[list[float]] = []
 
-                def validate(step: int, module, curve=curve, key=key, lr=lr) -> None:
+                def validate(step: int, module) -> None:
                     accs = [evaluate(module, d, batch_size=protocol.eval_batch_size, device=device) for d in val]
                     curve.append([step, mean_accuracy(accs)])
                     # a line per point, so that a run of hours shows where it is in its log (with --no-progress too)
                     log.info("mqar %s lr=%g step %d: validation accuracy %.3f", key, lr, step, curve[-1][1])
 
                 summary = fit(
-                    model, train, settings, seed=seed, device=device, progress=progress, desc=f"mqar {key} lr={lr:g}",
-                    every=protocol.eval_every, on_step=validate if val else None,
-                    snapshot=resume.snapshot(run_key, curve) if resume else None,
+                    model, train, TrainSettings.for_sweep(protocol, lr=lr), seed=seed, device=device,
+                    progress=progress, desc=f"mqar {key} lr={lr:g}", every=protocol.eval_every,
+                    on_step=validate if val else None, snapshot=snapshots({"curve": curve}) if snapshots else None,
                 )  # fmt: skip
                 scores = [evaluate(model, d, batch_size=protocol.eval_batch_size, device=device) for d in test]
-                mean = mean_accuracy(scores)
                 run = {
                     "model": choice.name,
                     "width": width,
                     "lr": lr,
-                    "mean_acc": mean,
+                    "mean_acc": mean_accuracy(scores),
                     "train": summary,
                     "per_setting": {c.label: s for c, s in zip(protocol.configs, scores)},
                 }
@@ -278,13 +252,16 @@ def run_mqar(
                     if not curve or curve[-1][0] != protocol.steps:
                         validate(protocol.steps, model)
                     run["val_acc"], run["curve"] = curve[-1][1], curve
-                if resume:
-                    resume.finish(run_key, run)
-                runs.append(run)
-                width_runs.append(run)
-                log.info("mqar %s lr=%g: mean acc %.3f (%.0fs)", key, lr, mean, summary["seconds"])
-                del model
-            best = best_lr_run(width_runs)
+                log.info("mqar %s lr=%g: mean acc %.3f (%.0fs)", key, lr, run["mean_acc"], summary["seconds"])
+                return run
+
+            points = [SweepPoint(f"d{width}-lr{lr:g}", {"width": width, "lr": lr}, {"lr": lr}) for lr in protocol.lrs]
+            # the lr is picked on the validation split where there is one, never on the test set
+            width_runs, best = run_sweep(
+                points, train_lr, select="val_acc" if val else "mean_acc", choice=choice, seed=seed,
+                protocol=protocol, resume=resume,
+            )  # fmt: skip
+            runs += width_runs
             row = {
                 "model": choice.name,
                 "preset": choice.preset,

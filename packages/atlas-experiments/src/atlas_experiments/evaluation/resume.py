@@ -1,18 +1,20 @@
-"""A folder that lets a long synthetic-task run (`atlas eval mqar --resume-dir`) survive being killed.
+"""A folder that lets a long synthetic-task run (`atlas eval mqar|mad --resume-dir`) survive being killed.
 
-Each training run of a sweep (one model, width and lr) is named by a key, the hash of everything that determines
-its numbers (the arm, width, lr, seed and protocol). While it trains, `fit` keeps a snapshot `<key>.pt` there
-(model, optimizer, batch streams, generator, losses, learning curve so far: `synthetic_train.FitSnapshot`); when it
-ends, its result goes to `<key>.json` and the snapshot is removed. A rerun with the same folder skips the finished
-runs and continues the unfinished one from its snapshot, so a kill at any moment (kill -9 included) costs at most
-the steps since the last snapshot, and the final numbers are those of an uninterrupted run. Files are written to a
-temp name and renamed, so a kill never leaves a half-written one under a final name.
+Each training run of a sweep (`evaluation.sweep`: one model and sweep point, e.g. width and lr) is named by a key,
+the hash of everything that determines its numbers (the arm, the point, seed and protocol). While it trains, `fit`
+keeps a snapshot `<key>.pt` there (model, optimizer, batch streams, generator, losses, learning curve so far:
+`synthetic_train.FitSnapshot`); when it ends, its result goes to `<key>.json` and the snapshot is removed. A rerun
+with the same folder skips the finished runs and continues the unfinished one from its snapshot, so a kill at any
+moment (kill -9 included) costs at most the steps since the last snapshot, and the final numbers are those of an
+uninterrupted run. Files are written to a temp name and renamed, so a kill never leaves a half-written one under a
+final name.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,14 +36,18 @@ class ResumeDir:
             raise ValueError(f"--snapshot-every: expected >= 1 step, got {self.every}")
 
     @staticmethod
-    def key(choice: Any, width: int, lr: float, seed: int, protocol: Any) -> str:
-        """The hash naming one training run: what determines its numbers, nothing else (not the device threads)."""
-        identity = {"arm": choice.describe(), "width": width, "lr": lr, "seed": seed, "protocol": protocol.describe()}
+    def key(choice: Any, seed: int, protocol: Any, label: str, identity: Mapping[str, Any]) -> str:
+        """The name of one training run: `<arm>-<label>-<hash>`, the hash of what determines its numbers (the arm,
+        seed, protocol and the point's `identity`, e.g. width and lr), nothing else (not the device threads)."""
+        clash = {"arm", "seed", "protocol"} & set(identity)
+        if clash:
+            raise ValueError(f"resume key: the point's identity may not use {sorted(clash)} (taken by the run)")
+        identity = {"arm": choice.describe(), "seed": seed, "protocol": protocol.describe(), **identity}
         text = json.dumps(identity, sort_keys=True, default=str)
-        return f"{choice.name}-d{width}-lr{lr:g}-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+        return f"{choice.name}-{label}-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def snapshot(self, key: str, curve: list[Any]) -> FitSnapshot:
-        return FitSnapshot(self.folder / f"{key}.pt", self.every, key, {"curve": curve})
+    def snapshot(self, key: str, records: dict[str, list[Any]]) -> FitSnapshot:
+        return FitSnapshot(self.folder / f"{key}.pt", self.every, key, records)
 
     def finished(self, key: str) -> dict[str, Any] | None:
         """The result of run `key` if an earlier invocation finished it; a file that is not its own is refused."""

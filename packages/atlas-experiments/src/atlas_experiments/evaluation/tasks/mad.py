@@ -7,7 +7,13 @@ from __future__ import annotations
 import argparse
 
 from atlas_experiments.evaluation.tasks.spec import PER_PRESET, EvalTask
-from atlas_experiments.evaluation.tasks.synthetic_options import add_model_options, finish_synthetic, model_options
+from atlas_experiments.evaluation.tasks.synthetic_options import (
+    add_model_options,
+    add_resume_options,
+    finish_synthetic,
+    model_options,
+    resume_dir,
+)
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -35,6 +41,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--wds", help="explicit weight decays (replace the sweep's)")
     t.add_argument("--steps", type=int, default=100, help="optimizer steps per run (default 100)")
     t.add_argument("--batch-size", type=int, default=16, help="sequences per step (default 16; MAD 128)")
+    add_resume_options(t)
     add_run_options(p, "results/eval/mad.json")
 
 
@@ -66,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     models = parse_models(args.models, args.size)
     device = resolve_device(args.device)
     with torch_threads(args.threads):
-        result = run_mad(models, protocol, seed=args.seed, device=device, progress=not args.no_progress)
+        result = run_mad(
+            models, protocol, seed=args.seed, device=device, progress=not args.no_progress, resume=resume_dir(args)
+        )
     for row in result.details["table"]:
         cells = " ".join(f"{t}={row[t]:.3f}" for t in protocol.tasks)
         print(f"mad {row['model']:>18} average {row['average']:.3f}  {cells}")

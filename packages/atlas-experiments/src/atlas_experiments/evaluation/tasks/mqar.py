@@ -9,7 +9,13 @@ import argparse
 import re
 
 from atlas_experiments.evaluation.tasks.spec import PER_PRESET, EvalTask, ReportContext, RunsByModel
-from atlas_experiments.evaluation.tasks.synthetic_options import add_model_options, finish_synthetic, model_options
+from atlas_experiments.evaluation.tasks.synthetic_options import (
+    add_model_options,
+    add_resume_options,
+    finish_synthetic,
+    model_options,
+    resume_dir,
+)
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -39,21 +45,13 @@ def add_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--batch-size", type=int, default=32, help="sequences per step (default 32)")
     t.add_argument("--lrs", default="3e-3", help="learning-rate sweep, best-of (default 3e-3)")
     t.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay (default 0.1)")
-    t.add_argument(
-        "--resume-dir",
-        help="keep each run's snapshot and result here: a rerun skips finished runs and continues the unfinished "
-        "one from its last snapshot (the numbers of an uninterrupted run)",
-    )
-    t.add_argument(
-        "--snapshot-every", type=int, default=250, help="with --resume-dir: steps between snapshots (default 250)"
-    )
+    add_resume_options(t)
     add_run_options(p, "results/eval/mqar.json")
 
 
 def run(args: argparse.Namespace) -> int:
     from atlas_experiments.devices import resolve_device
     from atlas_experiments.evaluation.mqar import MQARProtocol, plot_mqar, plot_mqar_curves, run_mqar
-    from atlas_experiments.evaluation.resume import ResumeDir
     from atlas_experiments.evaluation.synthetic_train import figure_path, parse_list, parse_models, torch_threads
 
     if args.settings:
@@ -90,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     )
     models = parse_models(args.models, args.size)
     device = resolve_device(args.device)
-    resume = ResumeDir(args.resume_dir, args.snapshot_every) if args.resume_dir else None
+    resume = resume_dir(args)
     with torch_threads(args.threads):
         result = run_mqar(models, protocol, seed=args.seed, device=device, progress=not args.no_progress, resume=resume)
     figures = [plot_mqar(result, figure_path(args.out))]

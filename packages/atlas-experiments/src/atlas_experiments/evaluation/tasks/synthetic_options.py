@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from atlas_experiments.evaluation.results import EvalResult
+    from atlas_experiments.evaluation.resume import ResumeDir
 
 DEFAULT_MODELS = "atlas,gated_deltanet,transformer_pp"
 # The deep memories of the presets (poly features of a 16-dim head, expansion 4) cost ~20 s and ~15 GB per step of
@@ -47,6 +48,23 @@ def add_model_options(p: argparse.ArgumentParser, *, width: str) -> None:
         help="size every arm's memory (memory heads, MLP expansion) to this preset's memory floats at the task's "
         "width, or to a float count; attention arms keep theirs (docs: eval-synthetic.md, Equal memory)",
     )
+
+
+def add_resume_options(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--resume-dir",
+        help="keep each run's snapshot and result here: a rerun skips finished runs and continues the unfinished "
+        "one from its last snapshot (the numbers of an uninterrupted run)",
+    )
+    group.add_argument(
+        "--snapshot-every", type=int, default=250, help="with --resume-dir: steps between snapshots (default 250)"
+    )
+
+
+def resume_dir(args: argparse.Namespace) -> ResumeDir | None:
+    from atlas_experiments.evaluation.resume import ResumeDir
+
+    return ResumeDir(args.resume_dir, args.snapshot_every) if args.resume_dir else None
 
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
