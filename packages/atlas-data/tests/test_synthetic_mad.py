@@ -166,3 +166,14 @@ def test_grid_and_split_errors():
         mad_settings("compression", "huge")
     with pytest.raises(ConfigError):
         generate_mad(MADSetting("compression"), "validation")
+
+
+def test_majority_accuracy_is_the_share_of_the_most_frequent_scored_target():
+    from atlas_data.synthetic import TokenDataset
+
+    x = IGNORE_INDEX
+    targets = np.array([[3, x, 3, 1], [x, 2, 3, x]])  # scored: 3, 3, 1, 2, 3 -> 3 is 3 of 5
+    data = TokenDataset(np.zeros_like(targets), targets, 4, "toy")
+    assert data.majority_accuracy() == 3 / 5
+    with pytest.raises(ValueError, match="toy: no scored position"):
+        TokenDataset(np.zeros_like(targets), np.full_like(targets, x), 4, "toy").majority_accuracy()

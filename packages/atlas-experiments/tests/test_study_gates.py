@@ -85,7 +85,7 @@ def test_v1_record_under_rule_v2(tmp_path):
         def learnability(self, protocol, metric):
             return dict.fromkeys(("low_rank", "mlp", "attention_mlp", "attention_inputs_mlp", "swa_mlp"), 0.8)
 
-        def memory(self, protocol, arm):
+        def memory(self, protocol, arm, cell=None):
             return {24: 1, 40: 1}
 
     out = {r["claim"]: r for r in judge_v2(registry, ["cpu"], record=record, baselines=Cheap(registry))}

@@ -1,23 +1,28 @@
-"""Running the claims study: the plan of jobs, the pilot's projection and refusal, one real job end to end, and
-verdicts from results (the rule itself: test_study_decision.py)."""
+"""Running the claims study: the plan of jobs, the pilot's projection and refusal, one real job end to end (MQAR,
+MAD), and verdicts from results (the rule itself: test_study_decision.py)."""
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
+from atlas_data.synthetic.mad import generate_mad
 from atlas_experiments.cli import main
 from atlas_experiments.commands.eval import task_parser
 from atlas_experiments.commands.options import options_namespace
 from atlas_experiments.evaluation.tasks import TASKS
-from atlas_experiments.study import pilot
-from atlas_experiments.study.claims import load_claims, parse_claims
+from atlas_experiments.study import gates, pilot
+from atlas_experiments.study.claims import ClaimsError, load_claims, parse_claims
 from atlas_experiments.study.execute import lm_train_config, resume_folder, run_job
 from atlas_experiments.study.plan import Job, metric_key, plan_jobs
 from atlas_experiments.study.report import judge_all, render
+from atlas_experiments.study.report_v2 import judge_v2
 from atlas_experiments.study.results import ResultError, arm_values, config_hash, finalize, partial_path
 from atlas_experiments.study.results import load as load_result
 
@@ -457,3 +462,107 @@ def test_the_report_draws_the_finished_mqar_jobs_learning_curves(tmp_path):
     finals = [s["curve"][-1][1] for s in arms[first].values()]
     assert f"| {first} | {len(finals)} | {sum(finals) / len(finals):.3f}" in text and "| 256 |" in text
     assert curves_section({}, tmp_path / "none") == ""
+
+
+# ------------------------------------------------------------------------------------------------------ MAD jobs
+# A claim names its MAD task (`metric.cell`), a job is `atlas eval mad` with a resume folder, and the
+# majority-class gate's floor is computed from the protocol's own test sets.
+
+TINY_MAD = {"tasks": "memorization,in_context_recall", "grid": "baseline", "width": "16", "layers": 1, "steps": 2,
+            "batch_size": 2, "train_examples": 8, "test_examples": 6, "memory_head_dim": 8, "memory_expansion": 2,
+            "threads": 1}  # fmt: skip
+
+
+def mad_claims(gate: dict | None = None, **args) -> dict:
+    data = tiny_claims()
+    protocol = {"task": "mad", "scale": "cpu", "size": "tiny", "seeds": [1, 2, 3], "args": {**TINY_MAD, **args},
+                "registered": "2026-12-04"}  # fmt: skip
+    if gate is not None:
+        protocol["gate"] = gate
+    data["protocols"]["mad_tiny"] = protocol
+    claim = copy.deepcopy(data["claims"][0])
+    claim.update(id="e.mad", statement="tpp beats gdn at memorisation",
+                 metric={"task": "mad", "name": "accuracy", "better": "higher", "cell": "memorization"},
+                 test={"scale": "cpu", "testable": True, "protocol": "mad_tiny", "evidence": "proxy"})  # fmt: skip
+    data["claims"].append(claim)
+    return data
+
+
+def test_a_mad_claim_names_a_task_its_protocol_runs():
+    registry = parse_claims(mad_claims())
+    claim = registry.claim("e.mad")
+    assert metric_key(claim, registry.protocols["mad_tiny"], registry.arms["tpp"]) == "acc/tpp/memorization"
+    assert {j.name for j in plan_jobs(registry, ["cpu"]) if j.protocol.task == "mad"} == {
+        f"mad_tiny/{arm}/seed{s}" for arm in ("tpp", "gdn") for s in (1, 2, 3)
+    }
+    data = mad_claims()
+    data["claims"][-1]["metric"]["cell"] = "memorisation"
+    with pytest.raises(ClaimsError, match=r"claims\[e\.mad\]\.metric\.cell: expected one of .*memorization"):
+        parse_claims(data)
+    data = mad_claims(tasks="in_context_recall")
+    with pytest.raises(ClaimsError, match="mad_tiny runs MAD tasks in_context_recall, not memorization"):
+        parse_claims(data)
+    with pytest.raises(ClaimsError, match="majority_class gates mad protocols, this one runs mqar"):
+        data = mad_claims()
+        data["protocols"]["mqar_tiny"]["gate"] = {"kind": "majority_class", "margin": 0.1}
+        parse_claims(data)
+
+
+def test_the_majority_floor_is_the_test_sets_most_frequent_answer_averaged_over_settings_and_seeds():
+    protocol = gates.mad_protocol({**TINY_MAD})
+    floors = gates.mad_majority_baselines(TINY_MAD, [1, 2])
+    for task in ("memorization", "in_context_recall"):
+        by_hand = []
+        for seed in (1, 2):
+            for setting in protocol.settings(task):
+                scored = generate_mad(setting, "test", seed=seed).targets
+                scored = scored[scored >= 0]
+                by_hand.append(np.bincount(scored).max() / scored.size)
+        assert floors[task] == pytest.approx(sum(by_hand) / len(by_hand), rel=1e-12)
+        assert 0 < floors[task] < 1
+
+
+def test_a_mad_job_runs_resumably_and_the_gate_reads_the_floor(tmp_path):
+    data = mad_claims(gate={"kind": "majority_class", "margin": 0.05})
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(yaml.safe_dump(data))
+    root = tmp_path / "study"
+    assert main(["study", "run", "--claims", str(claims), "--root", str(root), "--job", "mad_tiny/gdn/seed1",
+                 "--no-track"]) == 0  # fmt: skip
+    registry = parse_claims(data)
+    job = Job(registry.protocols["mad_tiny"], registry.arms["gdn"], 1)
+    result = json.loads(job.result(root).read_text())
+    assert 0 <= result["metrics"]["acc/gdn/memorization"] <= 1 and result["protocol"]["seed"] == 1
+    assert not resume_folder(job, root).exists(), "a finished job keeps no snapshots"
+
+    floor = gates.mad_majority_baselines(TINY_MAD, [1, 2, 3])["memorization"]
+    for arm, accs in (("tpp", (0.9, 0.8, 0.85)), ("gdn", (0.7, 0.5, 0.6))):
+        for seed, acc in zip((1, 2, 3), accs):
+            hand_made(Job(registry.protocols["mad_tiny"], registry.arms[arm], seed), root,
+                      {f"acc/{arm}/memorization": acc})  # fmt: skip
+    (record,) = [r for r in judge_v2(registry, ["cpu"], root=root) if r["claim"] == "e.mad"]
+    finding = record["gate"]["comparisons"]["tpp beats gdn"]
+    assert record["gate"]["passed"] and finding["baseline"] == pytest.approx(floor)
+    assert finding["threshold"] == pytest.approx(floor + 0.05) and finding["best_arm"] == "tpp"
+    # the best arm at the floor: not resolved, whatever the difference
+    low = floor + 0.01
+    for seed, (a, b) in zip((1, 2, 3), ((low, low - 0.2), (low, low - 0.3), (low, low - 0.25))):
+        hand_made(Job(registry.protocols["mad_tiny"], registry.arms["tpp"], seed), root, {"acc/tpp/memorization": a})
+        hand_made(Job(registry.protocols["mad_tiny"], registry.arms["gdn"], seed), root, {"acc/gdn/memorization": b})
+    (record,) = [r for r in judge_v2(registry, ["cpu"], root=root) if r["claim"] == "e.mad"]
+    assert record["verdict"] == "not resolved (floor)" and not record["gate"]["passed"]
+    assert math.isclose(record["gate"]["comparisons"]["tpp beats gdn"]["value"], low)
+
+
+def test_equal_memory_mad_protocols_show_each_arms_floats_at_the_claims_task(tmp_path):
+    data = mad_claims(match_memory="gated_deltanet")
+    registry = parse_claims(data)
+    root = tmp_path / "study"
+    for arm, accs in (("tpp", (0.9, 0.8, 0.85)), ("gdn", (0.7, 0.5, 0.6))):
+        for seed, acc in zip((1, 2, 3), accs):
+            hand_made(Job(registry.protocols["mad_tiny"], registry.arms[arm], seed), root,
+                      {f"acc/{arm}/memorization": acc})  # fmt: skip
+    (record,) = [r for r in judge_v2(registry, ["cpu"], root=root) if r["claim"] == "e.mad"]
+    floats = record["memory_floats"]
+    seq_len = gates.mad_protocol(data["protocols"]["mad_tiny"]["args"]).settings("memorization")[0].seq_len
+    assert set(floats) == {"tpp", "gdn"} and all(set(v) == {seq_len} and v[seq_len] > 0 for v in floats.values())

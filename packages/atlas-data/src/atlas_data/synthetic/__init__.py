@@ -70,6 +70,14 @@ class TokenDataset:
     def num_answers(self) -> int:
         return int(self.answer_mask.sum())
 
+    def majority_accuracy(self) -> float:
+        """Micro accuracy of answering the most frequent scored target everywhere: what a model that ignores its
+        input scores (a learning gate's floor). Raises ValueError when nothing is scored."""
+        scored = self.targets[self.answer_mask]
+        if scored.size == 0:
+            raise ValueError(f"{self.name}: no scored position")
+        return float(np.bincount(scored).max() / scored.size)
+
     def subset(self, index: np.ndarray | slice) -> TokenDataset:
         return TokenDataset(self.inputs[index], self.targets[index], self.vocab_size, self.name, self.params)
 

@@ -212,6 +212,17 @@ def memory_sizes(
     return state_size(model, setting.seq_len, setting.vocab_size, torch.device(device))
 
 
+def memory_floats(
+    choice: ModelChoice, protocol: MADProtocol, task: str, device: torch.device | str = "cpu"
+) -> dict[int, int]:
+    """{T: memory floats} of an arm as `run_mad` builds it (sized as the protocol says) at `task`'s baseline
+    setting, without training: the number a run records under `memory_size/<arm>/<task>`."""
+    device = torch.device(device)
+    (arm,), _ = matched_arms([choice], protocol, device=device)
+    setting = protocol.settings(task)[0]
+    return {setting.seq_len: memory_sizes(arm, setting, protocol, seed=0, device=device)["memory"]}
+
+
 def _train_and_score(
     choice: ModelChoice,
     setting: MADSetting,

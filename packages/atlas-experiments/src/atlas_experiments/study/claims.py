@@ -296,6 +296,9 @@ def _claim(raw: Any, index: int, arms: Mapping[str, Arm], protocols: Mapping[str
             raise ClaimsError(
                 f"{where}.test.protocol: {protocol} runs {p.task} at {p.scale}, the claim is {metric.task} at {scale}"
             )
+        ran = str(p.args.get("tasks", "all"))
+        if p.task == "mad" and ran != "all" and metric.cell not in ran.split(","):
+            raise ClaimsError(f"{where}.metric.cell: {protocol} runs MAD tasks {ran}, not {metric.cell}")
     else:
         why = check.text(why, f"{where}.why")
         if protocol is not None:
@@ -393,6 +396,10 @@ def _metric(raw: Any, where: str) -> Metric:
     if raw["better"] != expected:
         raise ClaimsError(f"{where}.better: expected {expected!r} for {task} {name}, got {raw['better']!r}")
     cell = check.text(raw["cell"], f"{where}.cell") if "cell" in raw else None
+    if task == "mad":  # a MAD job scores six tasks: the cell names the one the claim is about
+        from atlas_data.synthetic.mad import MAD_TASKS
+
+        check.choice(cell, MAD_TASKS, f"{where}.cell")
     return Metric(task, name, expected, cell)
 
 

@@ -1,4 +1,4 @@
-"""Running one study job: `atlas eval mqar | learnability` for the synthetic protocols (in this process, from the
+"""Running one study job: `atlas eval mqar | mad | learnability` for the synthetic protocols (in this process, from the
 job's options: commands.eval.run_task), `atlas train` for the language-model protocol (validation loss at a fixed
 token budget on a prepared corpus). Every job leaves a results
 JSON at `Job.result(root)` whose `metrics` hold the claim's metric under `study.plan.metric_key`.
@@ -18,7 +18,7 @@ from atlas_experiments.study._fields import thaw
 from atlas_experiments.study.plan import Job, write_model_files
 
 # tasks whose runs keep snapshots (`--resume-dir`): a job killed mid-run continues from its last one
-RESUMABLE_TASKS = ("mqar",)
+RESUMABLE_TASKS = ("mqar", "mad")
 
 
 def resume_folder(job: Job, root: str | Path) -> Path:

@@ -10,6 +10,9 @@ anything. Every baseline is computed from the protocol's own data, never hard-co
                         over the settings must reach `min_accuracy`.
     mean_predictor      (learnability) the best arm's loss must lie `margin` below the normalised loss of the best
                         constant predictor (the stream's mean output) over the same positions.
+    majority_class      (MAD) the best arm's task score must exceed, by `margin`, the accuracy of answering the most
+                        frequent target everywhere (a model that ignores its input), averaged like the score over
+                        the task's settings and over the protocol's seeds' test sets.
     unigram             (LM) the best arm's validation loss must lie `margin` below the unigram cross-entropy of the
                         validation split under the training split's token frequencies.
 """
@@ -25,7 +28,7 @@ from typing import Any
 from atlas_experiments.study import _fields as check
 from atlas_experiments.study._fields import ClaimsError
 
-KINDS = {"copy_from_context": "mqar", "mean_predictor": "learnability", "unigram": "lm"}
+KINDS = {"copy_from_context": "mqar", "mean_predictor": "learnability", "majority_class": "mad", "unigram": "lm"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,8 @@ class Gate:
                     f"{self.min_accuracy:g}")  # fmt: skip
         if self.kind == "mean_predictor":
             return f"best arm's loss {self.margin:g} below the mean predictor's"
+        if self.kind == "majority_class":
+            return f"best arm's accuracy {self.margin:g} above the majority class's"
         return f"best arm's validation loss {self.margin:g} nats below the unigram cross-entropy"
 
 
@@ -83,7 +88,8 @@ def evaluate(
     """The gate's finding for a claim: {"passed", "reason", "kind", "rule", "comparisons": {label: {...}}}.
 
     `baseline`: for copy_from_context the accuracy per setting label ("len=24/pairs=3"); for mean_predictor the
-    loss per arm (each stream has its own); for unigram {"all": nats}. `per_setting` ({arm: {label: {seed: acc}}})
+    loss per arm (each stream has its own); for majority_class {"all": accuracy} of the claim's MAD task; for
+    unigram {"all": nats}. `per_setting` ({arm: {label: {seed: acc}}})
     holds MQAR accuracies per setting; without them (a record that kept only the mean) the gate checks the mean
     against the mean baseline, which every setting passing would imply, and cannot pass on that alone."""
     higher = claim.metric.better == "higher"
@@ -96,10 +102,11 @@ def evaluate(
             out[comparison.label] = _copy_gate(gate, best, value, baseline, (per_setting or {}).get(best))
         else:
             base = baseline[best] if gate.kind == "mean_predictor" else baseline["all"]
-            threshold = base - gate.margin
-            ok = math.isfinite(value) and value <= threshold
+            threshold = base + gate.margin if higher else base - gate.margin
+            ok = math.isfinite(value) and (value >= threshold if higher else value <= threshold)
+            detail = f"{best} {value:.4g} vs {'>=' if higher else '<='} {threshold:.4g}"
             out[comparison.label] = {"best_arm": best, "value": value, "baseline": base, "threshold": threshold,
-                                     "passed": ok, "detail": f"{best} {value:.4g} vs <= {threshold:.4g}"}  # fmt: skip
+                                     "passed": ok, "detail": detail}  # fmt: skip
     failed = [f"{label}: {r['detail']}" for label, r in out.items() if not r["passed"]]
     return {
         "kind": gate.kind,
@@ -166,6 +173,29 @@ def mqar_copy_baselines(args: Mapping[str, Any], seeds: Sequence[int]) -> dict[s
         for cfg, data in zip(protocol.configs, held_out_sets(protocol, seed)):
             out[cfg.label].append(copy_from_context_accuracy(data, cfg.num_kv_pairs))
     return {label: math.fsum(v) / len(v) for label, v in out.items()}
+
+
+def mad_protocol(args: Mapping[str, Any]):
+    """The `MADProtocol` a study job with these registered args runs (parsed as `atlas eval mad` parses them)."""
+    from atlas_experiments.commands.eval import task_parser
+    from atlas_experiments.commands.options import options_namespace
+    from atlas_experiments.evaluation.tasks.mad import mad_protocol as from_options
+
+    return from_options(options_namespace(task_parser("mad"), args, where="mad protocol args"))
+
+
+def mad_majority_baselines(args: Mapping[str, Any], seeds: Sequence[int]) -> dict[str, float]:
+    """Per MAD task of a protocol: the majority-class accuracy of each setting's test set, averaged over the
+    settings (as the task score averages them) and over `seeds` (each seed's job draws its own data)."""
+    from atlas_data.synthetic.mad import generate_mad
+
+    protocol = mad_protocol(args)
+    out = {}
+    for task in protocol.tasks:
+        sets = [generate_mad(s, "test", seed=seed) for seed in seeds for s in protocol.settings(task)]
+        accs = [data.majority_accuracy() for data in sets]
+        out[task] = math.fsum(accs) / len(accs)
+    return out
 
 
 def learnability_mean_baselines(args: Mapping[str, Any], seeds: Sequence[int], metric: str) -> dict[str, float]:

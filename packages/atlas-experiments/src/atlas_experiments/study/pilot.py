@@ -1,7 +1,7 @@
 """The study's pilot: time every (protocol, arm) on two short runs, project the whole plan, refuse what does not fit.
 
 A job's time is modelled as fixed + per_unit x units, where the unit is the task's cost knob (MQAR: training
-steps; learnability: stream positions). Two short runs of the same command (units a < b) give
+steps, as for MAD; learnability: stream positions). Two short runs of the same command (units a < b) give
 per_unit = (t_b - t_a) / (b - a) and fixed = t_a - a x per_unit; every seed of the arm costs the same. Each arm
 first runs once at size a untimed: the first run in the process (and of an arm) pays one-time costs (imports,
 thread pools, first allocations) that once made t_a exceed t_b and projected a 490 s Atlas job at 15 s. Where
@@ -27,11 +27,17 @@ from atlas_experiments.study.plan import Job
 # the cost knob per task and the two short sizes the pilot runs
 KNOBS: dict[str, tuple[str, int, int]] = {
     "mqar": ("steps", 4, 12),
+    "mad": ("steps", 4, 12),
     "learnability": ("seq_len", 128, 384),
     "lm": ("steps", 2, 6),  # GPU minutes are the scarce resource of the panel
 }
 # the options that keep a pilot run short without changing its per-unit cost
-SHORT: dict[str, dict[str, Any]] = {"mqar": {"test_examples": 16}, "learnability": {"repeats": 1}, "lm": {}}
+SHORT: dict[str, dict[str, Any]] = {
+    "mqar": {"test_examples": 16},
+    "mad": {"test_examples": 16},
+    "learnability": {"repeats": 1},
+    "lm": {},
+}
 
 
 class BudgetError(RuntimeError):

@@ -1,7 +1,7 @@
 """The study's jobs: which (protocol, arm, seed) runs the registered claims need at a scale, the `atlas eval`
 command of each, and where its metric value sits in the result (docs/study.md, "Running the study").
 
-A job is one command of the product (`atlas eval mqar | learnability`, run in-process from its options), so the
+A job is one command of the product (`atlas eval mqar | mad | learnability`, run in-process from its options), so the
 study measures exactly what a user runs; an arm that is a model (a preset plus overrides) becomes a model file for
 `--models`, an arm that selects a cell of a task (a learnability stream) shares its seed's run with the other cells.
 """
@@ -18,7 +18,7 @@ from atlas_experiments.study._fields import thaw
 from atlas_experiments.study.claims import Arm, Claim, Protocol, Registry
 
 # the tasks a job can run (`lm`: pretraining on a prepared corpus, the GPU panel's task; study/execute.py)
-JOB_TASKS = ("mqar", "learnability", "lm")
+JOB_TASKS = ("mqar", "mad", "learnability", "lm")
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,10 @@ def metric_key(claim: Claim, protocol: Protocol, arm: Arm) -> str:
         if claim.metric.name != "accuracy":
             raise ValueError(f"{claim.id}: mqar jobs report accuracy, not {claim.metric.name!r}")
         return f"acc/{arm.name}/d={protocol.args['width']}"
+    if protocol.task == "mad":
+        if claim.metric.name != "accuracy":
+            raise ValueError(f"{claim.id}: mad jobs report accuracy, not {claim.metric.name!r}")
+        return f"acc/{arm.name}/{claim.metric.cell}"  # the task's score: the mean over its settings
     if protocol.task == "lm":
         return f"{claim.metric.name}/{arm.name}"
     if protocol.task == "learnability":

@@ -44,14 +44,25 @@ class Baselines:
         return gates.learnability_mean_baselines(p.args, p.seeds, metric)
 
     @cache  # noqa: B019
-    def memory(self, protocol: str, arm: str) -> dict[int, int]:
-        from atlas_experiments.evaluation.mqar import memory_floats
+    def mad(self, protocol: str) -> dict[str, float]:
+        p = self.registry.protocols[protocol]
+        return gates.mad_majority_baselines(p.args, p.seeds)
+
+    @cache  # noqa: B019
+    def memory(self, protocol: str, arm: str, cell: str | None = None) -> dict[int, int]:
+        """{T: memory floats} of an arm as its jobs build it (for MAD, at the claim's task `cell`)."""
         from atlas_experiments.evaluation.synthetic_models import ModelChoice
 
         p = self.registry.protocols[protocol]
         spec = self.registry.arms[arm]
-        mqar = gates.mqar_protocol(p.args)
         choice = ModelChoice(arm, spec.preset, p.size or "tiny", spec.config_overrides())
+        if p.task == "mad":
+            from atlas_experiments.evaluation import mad
+
+            return mad.memory_floats(choice, gates.mad_protocol(p.args), cell)
+        from atlas_experiments.evaluation.mqar import memory_floats
+
+        mqar = gates.mqar_protocol(p.args)
         return memory_floats(choice, mqar, mqar.widths[0])
 
 
@@ -66,6 +77,8 @@ def _gate_finding(claim: Claim, protocol: Protocol, values, baselines: Baselines
         by_setting = baselines.learnability(protocol.name, claim.metric.name)
         base = {arm.name: by_setting[arm.select["setting"]] for arm in claim.arms}
         return gates.evaluate(gate, claim, values, base)
+    if gate.kind == "majority_class":
+        return gates.evaluate(gate, claim, values, {"all": baselines.mad(protocol.name)[claim.metric.cell]})
     unigram = extra.get("unigram")
     if unigram is None:
         return {"kind": gate.kind, "rule": gate.describe(), "passed": False, "comparisons": {},
@@ -128,7 +141,8 @@ def judge_v2(
             continue
         entry = {**head, **judged.to_dict(), "values": values}
         if protocol.args.get("match_memory"):
-            entry["memory_floats"] = {arm.name: baselines.memory(protocol.name, arm.name) for arm in claim.arms}
+            entry["memory_floats"] = {arm.name: baselines.memory(protocol.name, arm.name, claim.metric.cell)
+                                      for arm in claim.arms}  # fmt: skip
         out.append(entry)
     return out
 

@@ -45,11 +45,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
     add_run_options(p, "results/eval/mad.json")
 
 
-def run(args: argparse.Namespace) -> int:
+def mad_protocol(args: argparse.Namespace):
+    """The `MADProtocol` of `atlas eval mad` with these options (the study builds its gates' data from it too)."""
     from atlas_data.synthetic.mad import MAD_TASKS
-    from atlas_experiments.devices import resolve_device
-    from atlas_experiments.evaluation.mad import SWEEPS, MADProtocol, run_mad
-    from atlas_experiments.evaluation.synthetic_train import parse_list, parse_models, torch_threads
+    from atlas_experiments.evaluation.mad import SWEEPS, MADProtocol
+    from atlas_experiments.evaluation.synthetic_train import parse_list
 
     tasks = MAD_TASKS if args.tasks == "all" else tuple(parse_list(args.tasks, str, "--tasks"))
     widths = parse_list(args.width, int, "--width")
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         lrs = tuple(parse_list(args.lrs, float, "--lrs"))
     if args.wds:
         wds = tuple(parse_list(args.wds, float, "--wds"))
-    protocol = MADProtocol(
+    return MADProtocol(
         tasks=tuple(tasks),
         grid=args.grid,
         lrs=tuple(lrs),
@@ -70,6 +70,14 @@ def run(args: argparse.Namespace) -> int:
         num_train_examples=args.train_examples,
         num_test_examples=args.test_examples,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    from atlas_experiments.devices import resolve_device
+    from atlas_experiments.evaluation.mad import run_mad
+    from atlas_experiments.evaluation.synthetic_train import parse_models, torch_threads
+
+    protocol = mad_protocol(args)
     models = parse_models(args.models, args.size)
     device = resolve_device(args.device)
     with torch_threads(args.threads):
