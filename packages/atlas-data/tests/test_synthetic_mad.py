@@ -46,6 +46,11 @@ def test_paper_grid_is_mad_lab_configs():
     assert len(mad_settings("selective_copying", "paper")) == 1 + 3 + 2 + 4 + 3
     assert [s.vocab_size for s in mad_settings("compression", "reduced")] == [16, 32]
     assert len(mad_settings("compression", "baseline")) == 1
+    # the paper grid's baseline alone: mad-lab's first setting, its test-set size included
+    for task in ("memorization", "in_context_recall"):
+        (alone,) = mad_settings(task, "paper_baseline")
+        assert alone == mad_settings(task, "paper")[0]
+    assert mad_settings("memorization", "paper_baseline")[0].vocab_size == 256
     overridden = mad_settings("in_context_recall", "paper", num_train_examples=100)
     assert {s.num_train_examples for s in overridden} == {100} and len(overridden) == 7
 

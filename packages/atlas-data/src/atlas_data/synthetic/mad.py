@@ -75,7 +75,7 @@ MAD_TASKS = (
     "memorization",
 )
 SPLITS = ("train", "test")
-GRIDS = ("baseline", "reduced", "paper")
+GRIDS = ("baseline", "reduced", "paper", "paper_baseline")
 
 
 @dataclass(frozen=True)
@@ -212,13 +212,14 @@ _REDUCED: dict[str, tuple[dict[str, Any], dict[str, list[Any]]]] = {
 
 
 def mad_grid(task: str, grid: str = "paper") -> tuple[dict[str, Any], dict[str, list[Any]]]:
-    """(baseline, changes) of `task` in `grid` ('paper' = mad-lab's configs, 'reduced'/'baseline' = CPU sizes)."""
+    """(baseline, changes) of `task` in `grid` ('paper' = mad-lab's configs, 'paper_baseline' = their baseline
+    setting alone, 'reduced'/'baseline' = CPU sizes)."""
     if task not in MAD_TASKS:
         raise ConfigError(f"mad.task: expected one of {', '.join(MAD_TASKS)}, got {task!r}")
     if grid not in GRIDS:
         raise ConfigError(f"mad.grid: expected one of {', '.join(GRIDS)}, got {grid!r}")
-    base, changes = (_PAPER if grid == "paper" else _REDUCED)[task]
-    return dict(base), ({} if grid == "baseline" else {k: list(v) for k, v in changes.items()})
+    base, changes = (_PAPER if grid.startswith("paper") else _REDUCED)[task]
+    return dict(base), ({} if grid.endswith("baseline") else {k: list(v) for k, v in changes.items()})
 
 
 def mad_settings(
@@ -228,7 +229,7 @@ def mad_settings(
     `make_benchmark_mad_configs`). `overrides` replace fields of every setting (e.g. num_train_examples)."""
     base, changes = mad_grid(task, grid)
     tests = {"num_test_examples": num_test_examples} if num_test_examples else {}
-    if grid != "paper" and not tests:
+    if not grid.startswith("paper") and not tests:
         tests = {"num_test_examples": 256}
     baseline = MADSetting(task=task, **{**base, **tests, **overrides})
     out = [baseline]

@@ -146,7 +146,9 @@ class MADProtocol:
             dev.append(
                 f"sweep lr {list(self.lrs)} x wd {list(self.wds)} (MAD: lr {{1e-4, 5e-4, 1e-3}} x wd {{0, 0.1}})"
             )
-        if self.grid != "paper":
+        if self.grid == "paper_baseline":
+            dev.append("the paper grid's baseline setting of each task only (MAD: the baseline and its variants)")
+        elif self.grid != "paper":
             dev.append(
                 f"difficulty grid '{self.grid}' (CPU-sized settings, see atlas_data.synthetic.mad; MAD: "
                 "mad-lab configs/tasks)"
@@ -160,7 +162,7 @@ class MADProtocol:
                 f"{self.num_train_examples} training sequences in every setting (MAD: 12800, 256 for memorization; "
                 "the train-size axis of the grid is dropped)"
             )
-        if self.num_test_examples not in (None, 1280) or self.grid != "paper":
+        if self.num_test_examples not in (None, 1280) or not self.grid.startswith("paper"):
             dev.append("test sets smaller than MAD's 1280 sequences")
         if set(self.tasks) != set(MAD_TASKS):
             dev.append(f"tasks {list(self.tasks)} only")

@@ -25,8 +25,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--grid",
         default="reduced",
-        choices=("baseline", "reduced", "paper"),
-        help="difficulty settings: paper (mad-lab), reduced (CPU, 2 per task; default), baseline",
+        choices=("baseline", "reduced", "paper", "paper_baseline"),
+        help="difficulty settings: paper (mad-lab), paper_baseline (mad-lab's baseline setting alone), reduced (CPU, "
+        "2 per task; default), baseline (reduced's first)",
     )
     g.add_argument("--train-examples", type=int, help="override every setting's train-set size")
     g.add_argument("--test-examples", type=int, help="test sequences per setting (default: paper 1280, else 256)")
