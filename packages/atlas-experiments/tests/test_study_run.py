@@ -402,8 +402,8 @@ def test_the_committed_verdicts_regenerate_from_the_committed_results(tmp_path):
     verdicts = lambda rows: {r["claim"]: r["verdict"] for r in rows}  # noqa: E731
     for key in ("rule_v2", "v1_data_rule_v2", "rule_v1"):
         assert verdicts(made[key]) == verdicts(committed[key]), key
-    fresh = verdicts(made["rule_v2"])  # the protocols registered after rule v2: learnability v2, then MQAR v2
-    assert len(fresh) >= 10 and all(c.startswith(("learnability_v2", "mqar_v2")) for c in fresh)
+    fresh = verdicts(made["rule_v2"])  # the protocols registered after rule v2: learnability v2, MQAR v2, MAD v2
+    assert len(fresh) >= 10 and all(c.startswith(("learnability_v2", "mqar_v2", "mad_v2")) for c in fresh)
     assert not set(fresh) & (set(verdicts(made["rule_v1"])) | set(verdicts(made["v1_data_rule_v2"])))
 
 
