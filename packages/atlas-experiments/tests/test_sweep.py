@@ -20,14 +20,14 @@ from atlas_experiments.evaluation.synthetic_train import ModelChoice
 NAN = float("nan")
 CHOICE = ModelChoice("arm", "transformer_pp", "tiny")
 PROTOCOL = MQARProtocol(steps=3)
-POINTS = [SweepPoint(f"lr{lr:g}", {"lr": lr}, {"lr": lr}) for lr in (1e-3, 3e-3, 1e-2, 3e-2)]
+POINTS = [SweepPoint(f"lr{lr:g}", {"lr": lr}) for lr in (1e-3, 3e-3, 1e-2, 3e-2)]
 SCORES = {1e-3: 0.4, 3e-3: NAN, 1e-2: 0.7, 3e-2: 0.7}  # a diverged point, a tie at the top
 
 
 def _scripted(calls: list[float]):
     def train(point: SweepPoint, snapshots):
-        calls.append(point.values["lr"])
-        return {"lr": point.values["lr"], "acc": SCORES[point.values["lr"]]}
+        calls.append(point.identity["lr"])
+        return {"lr": point.identity["lr"], "acc": SCORES[point.identity["lr"]]}
 
     return train
 
@@ -64,7 +64,7 @@ def test_a_point_gets_a_snapshot_named_after_its_run_with_the_callers_records(tm
     def train(point, snapshots):
         snap = snapshots({"curve": [[1, 0.5]]})
         seen.append((snap.path, snap.every, snap.records))
-        return {"lr": point.values["lr"], "acc": 0.1}
+        return {"lr": point.identity["lr"], "acc": 0.1}
 
     run_sweep(POINTS[:1], train, select="acc", choice=CHOICE, seed=7, protocol=PROTOCOL, resume=resume)
     key = ResumeDir.key(CHOICE, 7, PROTOCOL, POINTS[0].label, POINTS[0].identity)

@@ -265,7 +265,7 @@ def _train_and_score(
 
 def _train_point(point: SweepPoint, snapshots: Snapshots, *, choice: ModelChoice, setting: MADSetting,
                  **kwargs: Any) -> dict[str, Any]:  # fmt: skip
-    lr, wd = point.values["lr"], point.values["weight_decay"]
+    lr, wd = point.identity["lr"], point.identity["weight_decay"]
     run = _train_and_score(choice, setting, lr=lr, wd=wd, snapshot=snapshots({}) if snapshots else None, **kwargs)
     log.info("mad %s %s %s lr=%g wd=%g: acc %.3f", choice.name, setting.task, setting.label, lr, wd, run["acc"])
     return run
@@ -309,7 +309,6 @@ def run_mad(
                     SweepPoint(
                         f"{task}-s{index}-lr{lr:g}-wd{wd:g}",
                         {"task": task, "setting": setting.label, "lr": lr, "weight_decay": wd},
-                        {"lr": lr, "weight_decay": wd},
                     )
                     for lr in protocol.lrs
                     for wd in protocol.wds

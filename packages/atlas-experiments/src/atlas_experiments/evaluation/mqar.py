@@ -224,7 +224,7 @@ def run_mqar(
             del model
 
             def train_lr(point: SweepPoint, snapshots, choice=choice, cfg=cfg, key=key, width=width) -> dict[str, Any]:
-                lr = point.values["lr"]
+                lr = point.identity["lr"]
                 model = build_lm(cfg, seed, device)
                 curve: list[list[float]] = []
 
@@ -255,7 +255,7 @@ def run_mqar(
                 log.info("mqar %s lr=%g: mean acc %.3f (%.0fs)", key, lr, run["mean_acc"], summary["seconds"])
                 return run
 
-            points = [SweepPoint(f"d{width}-lr{lr:g}", {"width": width, "lr": lr}, {"lr": lr}) for lr in protocol.lrs]
+            points = [SweepPoint(f"d{width}-lr{lr:g}", {"width": width, "lr": lr}) for lr in protocol.lrs]
             # the lr is picked on the validation split where there is one, never on the test set
             width_runs, best = run_sweep(
                 points, train_lr, select="val_acc" if val else "mean_acc", choice=choice, seed=seed,

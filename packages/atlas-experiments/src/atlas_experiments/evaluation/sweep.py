@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from atlas_experiments.evaluation.resume import ResumeDir
@@ -29,11 +29,11 @@ Snapshots = Callable[[dict[str, list[Any]]], FitSnapshot] | None
 @dataclass(frozen=True)
 class SweepPoint:
     """One training run of a cell's sweep. `identity`: what determines its numbers besides the arm, seed and
-    protocol (it names the run's resume files); `label`: a short file-name-safe name for logs and those files."""
+    protocol (the hyper-parameters `train` reads; it names the run's resume files); `label`: a short
+    file-name-safe name for logs and those files."""
 
     label: str
     identity: Mapping[str, Any]
-    values: Mapping[str, Any] = field(default_factory=dict)  # what `train` reads (lr, weight decay)
 
 
 def run_sweep(
