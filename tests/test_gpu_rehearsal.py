@@ -99,7 +99,7 @@ def test_the_cpu_side_turns_the_returned_files_into_rows_and_verdicts(rehearsal,
     assert [r.split(" | ")[3] for r in atlas] == list(cases.ATLAS_CONFIGS)[:2]
     assert atlas[0].endswith("| 1.0x |") and not [r for r in atlas if "ERROR" in r or "skipped" in r]
     assert "RACECHECK SUMMARY: 0 hazards" in text and "skipped" in text.split("pytest -m gpu")[1].split("##")[0]
-    assert "| panel | 225 |" in text and "Limits sum to 540 s." in text
+    assert "| panel | 200 |" in text and "Limits sum to 540 s." in text
     verdicts = [r for r in rows if r.startswith("| tpp.beats_la |")]
     assert len(verdicts) == 1 and (returned / "study-report" / "verdicts.md").is_file()
     seeds = sorted((returned / "call" / "panel" / "study" / "lm_tiny").glob("*/seed*.json"))

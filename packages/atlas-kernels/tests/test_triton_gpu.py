@@ -66,9 +66,10 @@ def _assert_close_to_torch(errs, base, tol):
 
 
 @pytest.mark.xfail(
-    reason="H200, triton 3.6 (2026-11-30): error ratios 1.5-2 at these shapes (torch bf16: 3e-3); the kernels match "
-    "the torch op under the interpreter at the same shapes, so the fault is in the compiled kernel. "
-    "backend='auto' keeps MLP memories on torch until this passes (api.auto_excluded)",
+    reason="H200, triton 3.6: error ratios near 1 at T = 2048 (2026-11-30, 2026-12-04), measured with alpha in "
+    "[0.9, 1), where the float32 torch op itself drifts from float64 to 0.5-0.8 (benchmarks/gpu/"
+    "results-2026-12-04-h200.md); this check now draws alpha in [0.99, 1) and has not run on a GPU since. "
+    "backend='auto' keeps MLP memories on torch until it passes (api.auto_excluded)",
     strict=False,
 )
 @pytest.mark.parametrize("shape", SHAPES, ids=list(SHAPES))
@@ -77,7 +78,11 @@ def test_mlp_memory_bf16_real_shapes(shape, config):
     from atlas_kernels.ops.memory.triton.mlp_checks import check_mlp_memory
 
     B, T, H, D = SHAPES[shape]
-    errs, base = check_mlp_memory(MLP_CONFIGS[config], B, T, H, D, dtype=torch.bfloat16, device="cuda", baseline=True)
+    # alpha in [0.99, 1): at alpha in [0.9, 1) the float32 reference itself drifts from float64 to error ratios
+    # 0.5-0.8 by T = 2048 (README, "Numerics worth knowing"), which judges no kernel
+    errs, base = check_mlp_memory(
+        MLP_CONFIGS[config], B, T, H, D, dtype=torch.bfloat16, device="cuda", baseline=True, alpha_low=0.99
+    )
     _assert_close_to_torch(errs, base, 2e-2)
 
 

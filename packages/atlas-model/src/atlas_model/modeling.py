@@ -24,6 +24,7 @@ from atlas_model.layers import (
     StepContext,
     SwiGLU,
 )
+from atlas_model.outputs import lm_output, model_output, output_cache
 
 
 def build_mixers(config: AtlasConfig) -> list[tuple[str, nn.Module]]:
@@ -147,7 +148,7 @@ class AtlasModel(AtlasPreTrainedModel):
         hidden_states = tuple(hidden) if hidden is not None else None
         if not return_dict:
             return tuple(v for v in (x, out_cache, hidden_states) if v is not None)
-        return BaseModelOutputWithPast(last_hidden_state=x, cache=out_cache, hidden_states=hidden_states)
+        return model_output(x, out_cache, hidden_states)
 
 
 class AtlasForCausalLM(AtlasPreTrainedModel, GenerationMixin):
@@ -202,9 +203,9 @@ class AtlasForCausalLM(AtlasPreTrainedModel, GenerationMixin):
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         if not return_dict:
-            rest = tuple(v for v in (out.cache, out.hidden_states) if v is not None)
+            rest = tuple(v for v in (output_cache(out), out.hidden_states) if v is not None)
             return ((loss,) if loss is not None else ()) + (logits,) + rest
-        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache, hidden_states=out.hidden_states)
+        return lm_output(loss, logits, output_cache(out), out.hidden_states)
 
 
 def _resolve_cache(cache: AtlasCache | None, past_key_values: AtlasCache | None) -> AtlasCache | None:

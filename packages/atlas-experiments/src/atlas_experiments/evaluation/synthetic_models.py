@@ -198,13 +198,14 @@ def state_size(model: nn.Module, seq_len: int, vocab_size: int, device: torch.de
     """
     from atlas_kernels import MemoryState
     from atlas_model.cache import iter_tensors
+    from atlas_model.outputs import output_cache
 
     was_training = model.training
     model.eval()
     x = (torch.arange(seq_len, device=device) % vocab_size)[None]
     out = model(input_ids=x, use_cache=True)
     model.train(was_training)
-    cache = out.cache if hasattr(out, "cache") else None
+    cache = output_cache(out)
     layers = getattr(cache, "layers", None) or []
     total = sum(t.numel() for t in iter_tensors(layers))
 

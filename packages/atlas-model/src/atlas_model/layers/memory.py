@@ -102,7 +102,7 @@ class MemoryLayer(nn.Module):
         q, k, v = out
         if self.value_scale is not None:
             v = self.value_scale * F.normalize(v, dim=-1)
-        return F.normalize(q, dim=-1), F.normalize(k, dim=-1), v
+        return same_dtype(F.normalize(q, dim=-1), F.normalize(k, dim=-1), v)
 
     def gate_values(self, x: torch.Tensor, valid: torch.Tensor | None) -> dict[str, torch.Tensor]:
         """Gates [B, T, H] of the op: alpha in (0, 1), eta in (0, eta_max), theta in (0, 1), gamma in (0, 1)."""
@@ -164,3 +164,19 @@ class MemoryLayer(nn.Module):
         if self.g_proj is not None:
             o = o * F.silu(self.g_proj(x))
         return self.o_proj(o)
+
+
+def same_dtype(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The tensors in one dtype, as the memory op requires (docs/memory-op.md, "Mixed precision").
+
+    CUDA autocast runs `F.normalize`'s norm in float32 while the projections come out in bf16, and the memory op is
+    a custom operation that autocast does not reach: under autocast the inputs take autocast's dtype (bf16 inputs,
+    float32 state and accumulation inside the op), otherwise the widest of their dtypes."""
+    device = tensors[0].device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+    else:
+        dtype = tensors[0].dtype
+        for t in tensors[1:]:
+            dtype = torch.promote_types(dtype, t.dtype)
+    return tuple(t if t.dtype == dtype else t.to(dtype) for t in tensors)

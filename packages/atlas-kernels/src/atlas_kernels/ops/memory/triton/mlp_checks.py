@@ -18,19 +18,25 @@ from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.triton.checks import error_ratios, forward_backward, memory_inputs, upcast_inputs
 
 
-def mlp_memory_inputs(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, eta_max=0.1):
+def mlp_memory_inputs(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, eta_max=0.1, alpha_low=0.9):
     """Titans-like `memory_inputs` [B, T, H, D]: inner learning rates of Titans / Atlas are small (eta_max = 0.1;
-    large ones make the LN-normalised recurrence chaotic)."""
-    return memory_inputs(cfg, B, T, H, D, D, dtype=dtype, device=device, seed=seed, eta_max=eta_max)
+    large ones make the LN-normalised recurrence chaotic); alpha_low = 0.99 for sequences of many chunks."""
+    return memory_inputs(
+        cfg, B, T, H, D, D, dtype=dtype, device=device, seed=seed, eta_max=eta_max, alpha_low=alpha_low
+    )
 
 
-def check_mlp_memory(cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, baseline=False, eta_max=0.1):
+def check_mlp_memory(
+    cfg: MemoryConfig, B, T, H, D, *, dtype, device, seed=0, baseline=False, eta_max=0.1, alpha_low=0.9
+):
     """Error ratios of the Triton MLP memory (in `dtype`) against the torch chunk op (float32 on CUDA, float64 on
     CPU): {"o", "state.<tensor>", "grad.<input>"}; with baseline=True, (triton ratios, torch-in-dtype ratios)."""
     from atlas_kernels.ops.memory.chunk import memory_chunk_torch
     from atlas_kernels.ops.memory.triton.mlp import memory_chunk_triton_mlp
 
-    inputs = mlp_memory_inputs(cfg, B, T, H, D, dtype=dtype, device=device, seed=seed, eta_max=eta_max)
+    inputs = mlp_memory_inputs(
+        cfg, B, T, H, D, dtype=dtype, device=device, seed=seed, eta_max=eta_max, alpha_low=alpha_low
+    )
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     w_o = torch.randn(B, T, H, D, generator=gen, device=device) / math.sqrt(B * T * H * D)
     Dh = inputs[4]["W1"].shape[-1]
