@@ -1,4 +1,4 @@
-"""The report's commit line: dirty only for changes outside the report's own directory."""
+"""The commit a study result and report name: dirty only for changes outside the report's own directory."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from atlas_experiments.study.provenance import _commit
+from atlas_experiments.provenance import commit_label as _commit
+from atlas_experiments.provenance import git_state
 
 
 def _git(repo, *args):
@@ -46,3 +47,11 @@ def test_outside_a_checkout(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
     assert _commit(tmp_path).startswith("unknown")
+
+
+def test_git_state_ignores_the_same_directory(repo):
+    (repo / "reports" / "verdicts.md").write_text("new\n")
+    commit, dirty = git_state(repo)
+    assert len(commit) == 40 and dirty
+    assert git_state(repo, ignore=repo / "reports") == (commit, False)
+    assert _commit(repo / "reports", cwd=repo) == _commit(repo / "reports")

@@ -268,8 +268,7 @@ def _run_one(job, args: argparse.Namespace) -> int:
 
 def report_command(args: argparse.Namespace) -> int:
     from atlas_experiments.study import report_v2
-    from atlas_experiments.study.provenance import provenance
-    from atlas_experiments.study.report import judge_all, write_report
+    from atlas_experiments.study.report import judge_all, provenance, write_report
 
     registry, scales, jobs = _registry_and_jobs(args)
     records = judge_all(registry, args.root, scales)

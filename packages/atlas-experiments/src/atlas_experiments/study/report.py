@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from atlas_experiments.provenance import commit_label, machine_label
 from atlas_experiments.reporting.markdown import fmt, table
 from atlas_experiments.study.claims import Claim, Registry
 from atlas_experiments.study.decision import DecisionError, judge_claim
@@ -168,3 +170,16 @@ def _finite(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_finite(v) for v in obj]
     return obj
+
+
+def provenance(root: str | Path, jobs: Iterable[Any], report_dir: str | Path | None = None) -> str:
+    """One line for the report: report date, commit (changes under `report_dir` do not count), machine, and the
+    span of the jobs' result timestamps."""
+    created = []
+    for job in jobs:
+        stamp = json.loads(job.result(root).read_text()).get("created")
+        if stamp:
+            created.append(stamp)
+    span = f"results created {min(created)} to {max(created)} ({len(created)} jobs)" if created else "no results"
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"Report written {now} at commit {commit_label(report_dir)} on a {machine_label()}; {span}."

@@ -53,7 +53,7 @@ def partial_path(job: Job, root: str | Path) -> Path:
 
 def finalize(job: Job, root: str | Path, wall_s: float) -> Path:
     """Add the provenance block to the job's partial results and move them into place (atomically)."""
-    from atlas_experiments.study.provenance import _commit
+    from atlas_experiments.provenance import commit_label
 
     partial = partial_path(job, root)
     data = json.loads(partial.read_text())
@@ -61,7 +61,7 @@ def finalize(job: Job, root: str | Path, wall_s: float) -> Path:
         "job": job.name,
         "config_hash": config_hash(job),
         "seed": job.seed,
-        "commit": _commit(),
+        "commit": commit_label(),
         "wall_s": round(wall_s, 1),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
