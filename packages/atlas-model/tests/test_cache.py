@@ -5,6 +5,7 @@ import torch
 
 from atlas_model import PRESETS, AtlasCache
 from atlas_model.cache import iter_tensors
+from atlas_model.outputs import output_cache
 
 VOCAB = 256
 TOL = 1e-9
@@ -16,13 +17,13 @@ LENGTH = 21
 def _incremental_logits(model, ids: torch.Tensor) -> torch.Tensor:
     a, b = PREFILL
     first = model(ids[:, :a], use_cache=True)
-    assert isinstance(first.cache, AtlasCache)
-    second = model(ids[:, a : a + b], past_key_values=first.cache, use_cache=True)
-    assert second.cache is first.cache
+    assert isinstance(output_cache(first), AtlasCache)
+    second = model(ids[:, a : a + b], past_key_values=output_cache(first), use_cache=True)
+    assert output_cache(second) is output_cache(first)
     logits = [first.logits, second.logits]
     for t in range(a + b, ids.shape[1]):
-        logits.append(model(ids[:, t : t + 1], cache=first.cache, use_cache=True).logits)
-    assert first.cache.get_seq_length() == ids.shape[1]
+        logits.append(model(ids[:, t : t + 1], cache=output_cache(first), use_cache=True).logits)
+    assert output_cache(first).get_seq_length() == ids.shape[1]
     return torch.cat(logits, dim=1)
 
 
@@ -75,7 +76,7 @@ def _cached_elements(cache: AtlasCache) -> int:
 def test_cache_size_per_token(preset, grows, make_model, make_ids):
     model = make_model(preset)
     ids = make_ids(VOCAB, 1, 32)
-    cache = model(ids[:, :16], use_cache=True).cache
+    cache = output_cache(model(ids[:, :16], use_cache=True))
     at_16 = _cached_elements(cache)
     for t in range(16, 32):  # 32 = 16 + a multiple of the chunk size and of the MAC segment
         model(ids[:, t : t + 1], cache=cache)
@@ -87,9 +88,9 @@ def test_cache_size_per_token(preset, grows, make_model, make_ids):
 def test_reordering_the_cache_reorders_the_continuation(make_model, make_ids):
     model = make_model("atlas_mal", torch.float64)
     ids = make_ids(VOCAB, 3, 11)
-    cache = model(ids[:, :10], use_cache=True).cache
+    cache = output_cache(model(ids[:, :10], use_cache=True))
     reference = model(ids[:, 10:], cache=cache).logits
-    cache = model(ids[:, :10], use_cache=True).cache
+    cache = output_cache(model(ids[:, :10], use_cache=True))
     order = torch.tensor([2, 0, 1])
     cache.reorder_cache(order)
     assert cache.batch_size == 3
@@ -98,7 +99,7 @@ def test_reordering_the_cache_reorders_the_continuation(make_model, make_ids):
 
 def test_cache_cannot_be_rolled_back(make_model, make_ids):
     model = make_model("deltanet")
-    cache = model(make_ids(VOCAB, 1, 4), use_cache=True).cache
+    cache = output_cache(model(make_ids(VOCAB, 1, 4), use_cache=True))
     cache.crop(0)
     with pytest.raises(ValueError, match="rolled back"):
         cache.crop(-1)

@@ -5,6 +5,7 @@ import torch
 
 from atlas_model import AtlasConfig, AtlasForCausalLM
 from atlas_model.layers import MemoryLayer, StepContext
+from atlas_model.outputs import output_cache
 
 VOCAB = 256
 WINDOW = {"gamma": "window"}
@@ -77,9 +78,9 @@ def test_prefill_in_pieces_then_decoding_equals_full_forward():
     ids = _ids(2, 21)
     full = model(ids, use_cache=False).logits
     first = model(ids[:, :5], use_cache=True)
-    logits = [first.logits, model(ids[:, 5:12], past_key_values=first.cache, use_cache=True).logits]
+    logits = [first.logits, model(ids[:, 5:12], past_key_values=output_cache(first), use_cache=True).logits]
     for t in range(12, 21):
-        logits.append(model(ids[:, t : t + 1], cache=first.cache, use_cache=True).logits)
+        logits.append(model(ids[:, t : t + 1], cache=output_cache(first), use_cache=True).logits)
     torch.testing.assert_close(torch.cat(logits, dim=1), full, rtol=0, atol=1e-9)
 
 
@@ -98,6 +99,6 @@ def test_left_padding_does_not_change_the_tokens(split):
         got = model(padded, attention_mask=mask, use_cache=False).logits
     else:
         first = model(padded[:, :split], attention_mask=mask[:, :split], use_cache=True)
-        rest = model(padded[:, split:], attention_mask=mask, past_key_values=first.cache, use_cache=True)
+        rest = model(padded[:, split:], attention_mask=mask, past_key_values=output_cache(first), use_cache=True)
         got = torch.cat([first.logits, rest.logits], dim=1)
     torch.testing.assert_close(got[:, pads:], expected, rtol=0, atol=1e-9)

@@ -5,6 +5,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from atlas_model import AtlasCache, AtlasConfig, AtlasForCausalLM, AtlasModel
+from atlas_model.outputs import output_cache
 
 VOCAB = 256
 
@@ -65,7 +66,7 @@ def test_generate_decodes_with_the_cache(preset, make_model, make_ids):
     )
     out = model.generate(ids, max_new_tokens=7, do_sample=False, return_dict_in_generate=True)
     assert calls[0] == (6, "NoneType") and all(c == (1, "AtlasCache") for c in calls[1:]), calls
-    assert isinstance(out.cache, AtlasCache) and out.cache.get_seq_length() == 12
+    assert isinstance(output_cache(out), AtlasCache) and output_cache(out).get_seq_length() == 12
     assert torch.equal(out.sequences, _greedy_without_cache(model, ids, 7))
     assert torch.equal(model.generate(ids, max_new_tokens=3, do_sample=False, use_cache=False), out.sequences[:, :9])
 
