@@ -24,7 +24,7 @@ class Module:
 # The chunk op against the oracles: chunks of 4 over T = 11 with a window of 3 reaching across chunk edges, outputs,
 # state and every input gradient (each config a few seconds; the whole grid is 42).
 _GRAD = f"{KERN}/tests/test_memory_equivalence.py::test_chunk_equals_naive_chunked_with_gradients"
-_GAMMA = f"{KERN}/tests/test_gamma_window.py::test_chunk_equals_oracle_with_gradients"  # gamma="window"
+_GAMMA = f"{KERN}/tests/test_gamma_window.py::test_chunk_equals_oracle_with_gradients"  # gamma="per_step"
 _WINDOW = ("linear-gd-identity-l2", "mlp-momentum-identity-l2", "mlp-gd-poly-dot", "linear-muon-identity-l2")
 _CHUNK_CONFIGS = (  # every memory, optimizer, feature map and bias at least once
     "linear-gd-identity-l2",

@@ -48,16 +48,16 @@ def test_exact_delta_segments_and_decoding():
     assert rel_err(o_full, torch.cat(outs, 1)) < 1e-12
 
 
-@pytest.mark.parametrize("gamma", ["token", "window"])
+@pytest.mark.parametrize("gamma", ["token", "per_step"])
 def test_exact_delta_with_window_gates_and_values_narrower_than_a_chunk(gamma):
-    """gamma="window" at c = 1 (the window's one gate is the token's own) and values narrower than a chunk
+    """gamma="per_step" at c = 1 (the window's one gate is the token's own) and values narrower than a chunk
     (Dv = 3 < b = 8, keys of 5): the recurrence's outputs and state, gates gamma != 1, and the state's window empty
     after every chunk (c - 1 = 0 tokens)."""
     cfg = MemoryConfig(memory="linear", bias="l2", window=1, gamma=gamma)
     T, Dk, Dv = 21, 5, 3
     q, k, v, gates = random_inputs(1, T, H, Dk, Dv, seed=4)
     gates.pop("theta")
-    steps = [1] if gamma == "window" else []
+    steps = [1] if gamma == "per_step" else []
     gates["gamma"] = 0.5 + 0.5 * torch.rand(1, T, H, *steps, generator=torch.Generator().manual_seed(5)).double()
     p = init_memory_params(cfg, H, Dk, Dv, dtype=torch.float64)
     o_ref, s_ref = memory_naive(q, k, v, gates, p, dataclasses.replace(cfg, chunk_size=1))

@@ -1,4 +1,4 @@
-"""gamma="window": c gates per step (Eqs. 8-9), gates["gamma"] [B, T, H, c], entry j weighting position t - j.
+"""gamma="per_step": c gates per step (Eqs. 8-9), gates["gamma"] [B, T, H, c], entry j weighting position t - j.
 
 float64 throughout: chunk op == token oracle (outputs, final state, every input gradient), segments and
 token-by-token decoding == one call, and the per-token form gamma="token" as the special case
@@ -42,7 +42,7 @@ def _base_id(cfg):
 
 
 def _cfg(base, c, b):
-    return dataclasses.replace(base, gamma="window", window=c, chunk_size=b)
+    return dataclasses.replace(base, gamma="per_step", window=c, chunk_size=b)
 
 
 def _window_inputs(T, c, seed, requires_grad=False, eta_scale=0.1):
@@ -121,7 +121,7 @@ def test_gates_pointing_before_the_start_are_ignored():
 def test_token_gates_broadcast_reproduce_gamma_token(base, c, b):
     """window_gates[t, j] = gamma_{t-j}: outputs, weights and the gamma gradient (summed along the diagonals)."""
     token = dataclasses.replace(base, window=c, chunk_size=b)
-    window = dataclasses.replace(token, gamma="window")
+    window = dataclasses.replace(token, gamma="per_step")
     q, k, v, gates = random_inputs(1, 33, H, D, seed=c * b, eta_scale=0.1)
     gamma = gates["gamma"].clone().requires_grad_()
     p = _params(token)
@@ -139,7 +139,7 @@ def test_token_gates_broadcast_reproduce_gamma_token(base, c, b):
 
 def test_token_gates_broadcast_reproduce_gamma_token_in_the_oracle():
     token = MemoryConfig(memory="mlp", bias="l2", optimizer="momentum", window=3, chunk_size=1)
-    window = dataclasses.replace(token, gamma="window")
+    window = dataclasses.replace(token, gamma="per_step")
     q, k, v, gates = random_inputs(1, 9, H, D, seed=4)
     p = _params(token)
     o_tok, _ = memory_naive(q, k, v, gates, p, token)
@@ -191,18 +191,23 @@ def test_shapes_are_checked_and_named():
 
 
 def test_config_rejects_the_global_window_and_unknown_kinds():
-    with pytest.raises(MemoryConfigError, match="^gamma: 'window'.*global"):
-        MemoryConfig(window="global", gamma="window")
-    with pytest.raises(MemoryConfigError, match="^gamma: expected one of token, window"):
+    with pytest.raises(MemoryConfigError, match="^gamma: 'per_step'.*global"):
+        MemoryConfig(window="global", gamma="per_step")
+    with pytest.raises(MemoryConfigError, match="^gamma: expected one of token, per_step"):
         MemoryConfig(gamma="step")
-    cfg = MemoryConfig(window=3, gamma="window")
+    cfg = MemoryConfig(window=3, gamma="per_step")
     assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
     assert MemoryConfig().gamma == "token"
 
 
 @pytest.mark.parametrize("memory", ["linear", "mlp"])
 def test_triton_kernels_refuse_window_gates(memory):
-    cfg = MemoryConfig(memory=memory, optimizer="gd", window=3, gamma="window", chunk_size=4)
+    cfg = MemoryConfig(memory=memory, optimizer="gd", window=3, gamma="per_step", chunk_size=4)
     assert common_unsupported(cfg, None, memory=(memory,), op="op")[0] == "gamma"
     assert api.triton_unsupported(cfg)[0] == "gamma"
     assert api.select_backend(torch.zeros(1, 3, 2, 4), cfg, "auto") == "torch"
+
+
+def test_the_old_spelling_is_refused_with_the_new_one():
+    with pytest.raises(MemoryConfigError, match="'window' is now spelled 'per_step'"):
+        MemoryConfig(window=3, gamma="window")

@@ -76,7 +76,7 @@ VARIANTS = {
     "no-norm-no-residual": (dataclasses.replace(MUON, memory_norm=False, residual=False), dict(T=13)),
     "gelu": (dataclasses.replace(MUON, activation="gelu"), dict(T=13)),
     "gamma-window": (
-        dataclasses.replace(MUON, gamma="window"),
+        dataclasses.replace(MUON, gamma="per_step"),
         dict(T=13, gates_fn=lambda g: {**g, "gamma": g["gamma"][..., None].expand(*g["gamma"].shape, 3) ** 1.5}),
     ),
     "chunk-1": (dataclasses.replace(MUON, chunk_size=1), dict(T=7)),

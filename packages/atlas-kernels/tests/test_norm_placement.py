@@ -36,7 +36,7 @@ EXTRA = [
     MemoryConfig(memory="mlp", window="global", chunk_size=3, norm_placement="readout"),
     MemoryConfig(memory="mlp", residual=False, window=2, chunk_size=4, norm_placement="readout"),
     MemoryConfig(memory="mlp", window=3, chunk_size=4, norm_placement="readout", decay_target="init"),
-    MemoryConfig(memory="gated_mlp", window=3, chunk_size=4, gamma="window", norm_placement="readout"),
+    MemoryConfig(memory="gated_mlp", window=3, chunk_size=4, gamma="per_step", norm_placement="readout"),
 ]
 
 
@@ -52,7 +52,7 @@ def _params(cfg, dtype=torch.float64):
 
 def _compare(cfg, T, eta_scale, tol, seed=1):
     q, k, v, gates = random_inputs(2, T, H, D, seed=seed, requires_grad=True, eta_scale=eta_scale)
-    if cfg.gamma == "window":
+    if cfg.gamma == "per_step":
         g = torch.Generator().manual_seed(seed + 1)
         gates["gamma"] = torch.rand(2, T, H, cfg.window, generator=g, dtype=torch.float64).requires_grad_()
     errors = kt.assert_matches_oracle(q, k, v, gates, _params(cfg), cfg, memory_naive_chunked, tol)

@@ -1,4 +1,4 @@
-"""Memory layers with gamma="window" (c window gates per token, atlas-kernels MemoryConfig.gamma)."""
+"""Memory layers with gamma="per_step" (c window gates per token, atlas-kernels MemoryConfig.gamma)."""
 
 import pytest
 import torch
@@ -8,7 +8,7 @@ from atlas_model.layers import MemoryLayer, StepContext
 from atlas_model.outputs import output_cache
 
 VOCAB = 256
-WINDOW = {"gamma": "window"}
+WINDOW = {"gamma": "per_step"}
 
 
 def _model(dtype=torch.float64, seed=0, preset="atlas"):

@@ -10,7 +10,7 @@ The op is the Miras/ATLAS family in one parametrisation (docs/memory-op.md):
         norm_placement="readout" drops g from the inner objective and keeps it on the output only.
     bias    l2: 1/2 ||f - v||^2     dot: -<f, v>
     window  L_t(W) = sum_{i=t-c+1..t} gamma_i l(f(k_i; W), v_i)     (c = "global": all i <= t)
-        gamma="window" (Eqs. 8-9): L_t(W) = sum_{j=0..c-1} gamma_j^(t) l(f(k_{t-j}; W), v_{t-j}), c gates per step
+        gamma="per_step" (Eqs. 8-9): L_t(W) = sum_{j=0..c-1} gamma_j^(t) l(f(k_{t-j}; W), v_{t-j}), c gates per step
     update  gd:       W_t = alpha_t W_{t-1} - eta_t grad L_t(W_{t-1})
             momentum: S_t = theta_t S_{t-1} + eta_t grad L_t(W_{t-1});  W_t = alpha_t W_{t-1} - S_t
             muon:     S_t = theta_t S_{t-1} + grad L_t(W_{t-1});        W_t = alpha_t W_{t-1} - eta_t NS_k(S_t)
@@ -34,7 +34,7 @@ FeatureKind = Literal["identity", "poly", "exp"]
 ActivationKind = Literal["gelu", "silu"]
 DecayTarget = Literal["zero", "init"]
 NormPlacement = Literal["inner", "readout"]
-GammaKind = Literal["token", "window"]
+GammaKind = Literal["token", "per_step"]
 ExpTemperature = Literal["learned", "fixed"]
 NsForm = Literal["materialise", "gram", "lowrank", "auto"]
 MuonPolynomial = Literal["token", "chunk"]
@@ -47,7 +47,7 @@ FEATURE_KINDS = ("identity", "poly", "exp")
 ACTIVATIONS = ("gelu", "silu")
 DECAY_TARGETS = ("zero", "init")
 NORM_PLACEMENTS = ("inner", "readout")
-GAMMA_KINDS = ("token", "window")
+GAMMA_KINDS = ("token", "per_step")
 EXP_TEMPERATURES = ("learned", "fixed")
 NS_FORMS = ("materialise", "gram", "lowrank", "auto")
 MUON_POLYNOMIALS = ("token", "chunk")
@@ -106,7 +106,7 @@ class MemoryConfig:
         bias: attentional bias, "l2" (Omega / delta rule) | "dot" (Hebbian).
         window: Omega window c >= 1 (1 = online rule), or "global" (every past token stays in the objective).
         gamma: how the window gates are given (docs/memory-op.md). "token" (default): one gate per token,
-            gates["gamma"] [B, T, H], the separable form gamma_i^(t) = gamma_i of Eqs. 8-9. "window": the general
+            gates["gamma"] [B, T, H], the separable form gamma_i^(t) = gamma_i of Eqs. 8-9. "per_step": the general
             form, gates["gamma"] [B, T, H, c], entry j weighting window position t - j of step t's objective.
             Not defined for window="global".
         optimizer: inner optimizer, "gd" | "momentum" | "muon".
@@ -194,6 +194,11 @@ class MemoryConfig:
     norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
+        if self.gamma == "window":  # the spelling before 0.4.0
+            raise MemoryConfigError(
+                "gamma: 'window' is now spelled 'per_step' (c gates per step, Eqs. 8-9); 'window' names only the "
+                "Omega window c (the `window` field)"
+            )
         for name, choices in _CHOICE_FIELDS.items():
             _check_choice(name, getattr(self, name), choices)
         for name, low in _INT_FIELDS.items():
@@ -289,8 +294,8 @@ _INVALID = (
         "ns_form 'lowrank' or 'auto', or muon_polynomial='chunk'); use 'auto' or 'matmul' otherwise",
     ),
     (
-        lambda c: c.gamma == "window" and c.window == "global",
-        "gamma: 'window' (c gates per step) needs a finite window c; window='global' has no fixed width, "
+        lambda c: c.gamma == "per_step" and c.window == "global",
+        "gamma: 'per_step' (c gates per step) needs a finite window c; window='global' has no fixed width, "
         "use gamma='token'",
     ),
     (

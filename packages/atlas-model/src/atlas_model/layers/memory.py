@@ -5,7 +5,7 @@ Per head h (docs/memory-op.md, "The memory layer"):
     q, k, v = SiLU(ShortConv(x W_{q,k,v}))            causal depthwise conv of width 4
     q, k    = q / ||q||, k / ||k||
     alpha   = sigmoid(.), eta = eta_max sigmoid(.), theta = sigmoid(.), gamma = sigmoid(.)   low-rank, per head
-              (gamma="window": c gamma gates per token, entry j for window position t - j)
+              (gamma="per_step": c gamma gates per token, entry j for window position t - j)
     o       = memory_chunk(q, k, v, gates, W_0, ...)   the inner loop (atlas-kernels)
     y       = W_o (RMSNorm(o) * SiLU(x W_g))
 
@@ -27,7 +27,7 @@ from atlas_model.layers.memory_params import MemoryParameters
 
 class MemoryLayer(nn.Module):
     """One memory layer of `config.memory_heads` heads; `store` entries: conv_q/k/v, state (MemoryState),
-    gamma_valid (gamma="window" after padding: validity of the last c - 1 tokens)."""
+    gamma_valid (gamma="per_step" after padding: validity of the last c - 1 tokens)."""
 
     def __init__(self, config: AtlasConfig) -> None:
         super().__init__()
@@ -51,7 +51,7 @@ class MemoryLayer(nn.Module):
         if self.mem_cfg.uses_momentum:
             initial["theta"] = config.theta_init
         if config.use_gamma_gate and (self.mem_cfg.is_global or self.mem_cfg.window > 1):
-            if self.mem_cfg.gamma == "window":  # c gates per token, each starting where the one gate did
+            if self.mem_cfg.gamma == "per_step":  # c gates per token, each starting where the one gate did
                 initial.update({f"gamma_{j}": config.gamma_init for j in range(self.mem_cfg.window)})
             else:
                 initial["gamma"] = config.gamma_init
@@ -75,7 +75,7 @@ class MemoryLayer(nn.Module):
         q, k, v = self.project(x, ctx, store)
         state = None if store is None else store.get("state")
         gates, params = self.gate_values(x, ctx.valid), self.memory(v)
-        if self.mem_cfg.gamma == "window":
+        if self.mem_cfg.gamma == "per_step":
             gates["gamma"] = self.mask_window_gates(gates["gamma"], ctx.valid, store)
         o, state = memory_chunk(q, k, v, gates, params, self.mem_cfg, state, backend=self.backend)
         if store is not None:
@@ -109,7 +109,7 @@ class MemoryLayer(nn.Module):
         logits = self.gates(x)
         gates = {name: torch.sigmoid(z) for name, z in logits.items()}
         gates["eta"] = self.eta_max * gates["eta"]
-        if self.mem_cfg.gamma == "window":  # [B, T, H, c]: entry j weights window position t - j
+        if self.mem_cfg.gamma == "per_step":  # [B, T, H, c]: entry j weights window position t - j
             c = self.mem_cfg.window
             names = [f"gamma_{j}" for j in range(c)]
             stacked = [gates.pop(n) for n in names] if names[0] in gates else [torch.ones_like(gates["eta"])] * c
@@ -120,7 +120,7 @@ class MemoryLayer(nn.Module):
         one, zero = torch.ones_like(gates["eta"]), torch.zeros_like(gates["eta"])
         gates["alpha"] = torch.where(keep, gates.get("alpha", one), one)
         gates["eta"] = torch.where(keep, gates["eta"], zero)
-        if self.mem_cfg.gamma == "window":
+        if self.mem_cfg.gamma == "per_step":
             gates["gamma"] = torch.where(keep[..., None], gates["gamma"], 0.0)
         else:
             gates["gamma"] = torch.where(keep, gates.get("gamma", one), zero)

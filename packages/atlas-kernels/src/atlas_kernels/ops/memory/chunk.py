@@ -3,7 +3,7 @@
 Per chunk of L <= b tokens, with start state (W_0, S_0, halo):
 1. forward the memory at W_0 over the window tokens (halo + chunk) and write every inner gradient in closed
    form as outer products u_w = e_w z_w^T per layer (e: backpropagated signal, z: layer input);
-2. build the coefficients C[j, w] (banded window x gamma gates, or with gamma="window" the general matrix of
+2. build the coefficients C[j, w] (banded window x gamma gates, or with gamma="per_step" the general matrix of
    each token's c gates; decay and momentum cumulative products);
 3. retrieve every y_j = f(q_j; W_j) without per-token weights through the dual form
    W_j x = A_j W_0 x - P_j S_0 x - sum_w C[j, w] e_w (z_w . x), layer by layer (gd, momentum);
@@ -250,8 +250,8 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig, low
     L, halo = kc.shape[2], state.halo_k.shape[2]
     wk = torch.cat([state.halo_k, kc], dim=2)
     wv = torch.cat([state.halo_v, vc], dim=2)
-    per_step = cfg.gamma == "window"
-    # gamma="window": the window row holds presence (padding 0), the c gates stay with the step that uses them
+    per_step = cfg.gamma == "per_step"
+    # gamma="per_step": the window row holds presence (padding 0), the c gates stay with the step that uses them
     wg = torch.cat([state.halo_gamma, torch.ones_like(kc[..., 0]) if per_step else xc.gamma], dim=2)
     exp = cfg.feature_map == "exp"
     fk = None if exp else explicit_features(wk, params, cfg, allow_triton=True)

@@ -23,7 +23,7 @@ def window_gates(
     """The window x gamma coefficients G [B, H, L, halo + L] of one chunk.
 
     gamma="token" (steps None): G[n, w] = gamma_w if w is in token n's window else 0, a band times diag(gamma).
-    gamma="window": gamma_w is the presence of each window token (0 for padding before the sequence start) and
+    gamma="per_step": gamma_w is the presence of each window token (0 for padding before the sequence start) and
     steps [B, H, L, c] the chunk tokens' own gates; G[n, w] = steps[n, halo + n - w] gamma_w inside the band, a
     general L x (halo + L) matrix that no longer factors into band x diagonal.
     """

@@ -20,7 +20,7 @@ GATE_DEFAULTS = {"alpha": 1.0, "theta": 0.0, "gamma": 1.0}
 @dataclass
 class OpInputs:
     """Validated, heads-first inputs. Shapes: q, k [B, H, T, Dk]; v [B, H, T, Dv]; gates [B, H, T]
-    (gamma [B, H, T, c] with cfg.gamma="window": entry j weights window position t - j)."""
+    (gamma [B, H, T, c] with cfg.gamma="per_step": entry j weights window position t - j)."""
 
     q: torch.Tensor
     k: torch.Tensor
@@ -88,7 +88,7 @@ def prepare_inputs(
         if not isinstance(g, torch.Tensor) or tuple(g.shape) != (B, T, H, *trail):
             shape = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
             layout = "[B, T, H, c]" if trail else "[B, T, H]"
-            mode = f" (cfg.gamma='window', c = {cfg.window})" if trail else ""
+            mode = f" (cfg.gamma='per_step', c = {cfg.window})" if trail else ""
             raise ValueError(f"gates['{name}']: expected shape {layout} = {(B, T, H, *trail)}{mode}, got {shape}")
         if g.device != k.device:
             raise ValueError(f"gates['{name}']: device {g.device} differs from k's {k.device}")
@@ -102,8 +102,8 @@ def prepare_inputs(
 
 
 def gate_trailing_shape(name: str, cfg: MemoryConfig) -> tuple[int, ...]:
-    """Dims of a gate after [B, T, H]: (c,) for gamma under cfg.gamma="window", else ()."""
-    return (cfg.window,) if name == "gamma" and cfg.gamma == "window" else ()
+    """Dims of a gate after [B, T, H]: (c,) for gamma under cfg.gamma="per_step", else ()."""
+    return (cfg.window,) if name == "gamma" and cfg.gamma == "per_step" else ()
 
 
 def expected_param_shapes(cfg: MemoryConfig, H: int, Dk: int, Dv: int, hidden: int) -> dict[str, tuple[int, ...]]:

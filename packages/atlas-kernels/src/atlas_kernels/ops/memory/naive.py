@@ -1,7 +1,7 @@
 """The token-by-token recurrence of the memory op: the oracle every fast path is tested against.
 
 It follows the op's definition (docs/memory-op.md) literally: at every token t the window objective
-L_t(W) = sum_{i=t-c+1..t} gamma_i l(f(phi(k_i); W), v_i) (gamma="window": gamma_{t-i}^(t), token t's own
+L_t(W) = sum_{i=t-c+1..t} gamma_i l(f(phi(k_i); W), v_i) (gamma="per_step": gamma_{t-i}^(t), token t's own
 gate of offset t - i) is differentiated with autograd at the base
 weights, the optimizer updates the weights, and y_t = f(phi(q_t); W_t) is read after the update.
 `create_graph=True` keeps the whole recurrence differentiable, so outer-loop gradients reach q, k, v,
@@ -69,14 +69,14 @@ def _recurrence(q, k, v, gates, params, cfg, state, chunk_size):
     # token and input (O(T^2)); the backward of split / unbind concatenates once.
     qs, ks, vs, gammas = (t.split(1, dim=2) for t in (x.q, x.k, x.v, x.gamma))
     alphas, etas, thetas = (g.unbind(2) for g in (x.alpha, x.eta, x.theta))
-    per_step = cfg.gamma == "window"
+    per_step = cfg.gamma == "per_step"
     polys = {}
     with torch.enable_grad():
         for t in range(T):
             alpha = alphas[t][:, :, None, None]
             win_k = torch.cat([win_k, ks[t]], dim=2)
             win_v = torch.cat([win_v, vs[t]], dim=2)
-            # gamma="window": the window holds each token's presence; the step's own c gates weight it
+            # gamma="per_step": the window holds each token's presence; the step's own c gates weight it
             win_g = torch.cat([win_g, torch.ones_like(ks[t][..., 0]) if per_step else gammas[t]], dim=2)
             weight = _step_weights(win_g, gammas[t]) if per_step else win_g
             if t % chunk_size == 0:

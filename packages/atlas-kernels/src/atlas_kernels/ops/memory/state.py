@@ -31,7 +31,7 @@ class MemoryState:
         halo_k, halo_v, halo_gamma: the halo, the last `halo = halo_size(cfg)` = c - 1 keys [B, H, halo, Dk],
             values [B, H, halo, Dv] and window gates [B, H, halo] (oldest first). Their gradients are re-evaluated
             at the next chunk's start weights. Padding at the start of a sequence has gamma = 0. With
-            window="global" they hold every past token. With cfg.gamma="window" the gates live with the step that
+            window="global" they hold every past token. With cfg.gamma="per_step" the gates live with the step that
             uses them (each token's c-vector), so halo_gamma is instead the presence of each halo token: 1 for a
             token of the sequence, 0 for the padding before its start (the only thing later steps need besides k
             and v).
@@ -40,7 +40,7 @@ class MemoryState:
         explicit_exp: True when exp-feature weights are explicit Taylor matrices (naive oracle state).
         resume, pending: when the sequence so far ends inside a chunk (chunked semantics, b > 1), the state at
             that chunk's start and the chunk's tokens so far (public layout: k [B, n, H, Dk], v, and the four
-            gates [B, n, H]; gamma [B, n, H, c] under gamma="window"). The next call re-runs those n < b tokens
+            gates [B, n, H]; gamma [B, n, H, c] under gamma="per_step"). The next call re-runs those n < b tokens
             from `resume`, so chunk boundaries are absolute positions and any split into segments (or
             token-by-token decoding) gives the same result as one call. The other fields are the state after
             the last token.
