@@ -314,7 +314,7 @@ def test_the_gpu_panel_config_plans_lm_jobs_on_the_prepared_corpus(tmp_path):
     res = _snakemake("-n", "-p", "-F", "study", "--configfile", "config/study-gpu.yaml", results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = _jobs(res.stdout)
-    assert jobs["study_job"] == 100 and jobs["prepare_data"] == 1  # 20 arms x 5 seeds of lm_gpu_v2
+    assert jobs["study_job"] == 115 and jobs["prepare_data"] == 1  # lm_gpu_v2 20 x 5, lm_gpu_hybrid_v2 3 x 5
     assert "--budget-minutes 8 --cores 1" in res.stdout and "--drop-by-priority" in res.stdout
     assert re.search(r"--job lm_gpu_v2/dot/seed24 .* --data \S+/data/embedded", res.stdout)
 

@@ -257,7 +257,7 @@ def test_the_gpu_panel_script_plans_on_cpu(tmp_path):
     res = subprocess.run(["bash", "benchmarks/gpu/study_panel.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=300)  # fmt: skip
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    assert "100 jobs planned" in res.stdout and "lm_gpu_v2/deep_transformer/seed20" in res.stdout
+    assert "115 jobs planned" in res.stdout and "lm_gpu_v2/deep_transformer/seed20" in res.stdout
     assert "--drop-by-priority" in res.stdout and (tmp_path / "out" / "panel.log").is_file()
 
 
