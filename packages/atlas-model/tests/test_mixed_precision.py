@@ -50,3 +50,8 @@ def test_same_dtype_takes_the_autocast_dtype():
     a, b = torch.ones(2, dtype=torch.float32), torch.ones(2, dtype=torch.bfloat16)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert [t.dtype for t in same_dtype(a, b)] == [torch.bfloat16, torch.bfloat16]
+
+
+def test_same_dtype_on_a_device_autocast_does_not_know():
+    a, b = torch.ones(2, device="meta"), torch.ones(2, device="meta", dtype=torch.float64)
+    assert [t.dtype for t in same_dtype(a, b)] == [torch.float64, torch.float64]

@@ -173,7 +173,11 @@ def same_dtype(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     a custom operation that autocast does not reach: under autocast the inputs take autocast's dtype (bf16 inputs,
     float32 state and accumulation inside the op), otherwise the widest of their dtypes."""
     device = tensors[0].device.type
-    if torch.is_autocast_enabled(device):
+    try:
+        autocast = torch.is_autocast_enabled(device)
+    except RuntimeError:  # a device type autocast does not know (meta, in the cost counter)
+        autocast = False
+    if autocast:
         dtype = torch.get_autocast_dtype(device)
     else:
         dtype = tensors[0].dtype
