@@ -209,6 +209,11 @@ def timing(budget: Budget, peak: float, quick: bool, only: str = "all") -> list[
     return lines
 
 
+# seconds a row of atlas_timing needs left before its first call, and before its timed repeats (+ 2x the first)
+ATLAS_ROW_RESERVE_S = 15.0
+ATLAS_REPEAT_RESERVE_S = 5.0
+
+
 def atlas_timing(budget: Budget, quick: bool, save=lambda lines: None) -> list[str]:
     """Atlas's memory (MLP, degree-2 features, c = 4) in the torch chunk op with each Muon path, as ratios to the same
     op with gd (the GD twin: OmegaNet's price), at the ATLAS_SHAPES; `quick`: the first shape only. `save(lines)` is
@@ -233,7 +238,7 @@ def atlas_timing(budget: Budget, quick: bool, save=lambda lines: None) -> list[s
             row = f"| {model} | {T} | {B} | {name} |"
             # the table is rewritten after every row, so a row cut by the step's limit loses only itself: the
             # reserves are small (a GPU call on 2026-12-04 skipped every Muon row at a 30 s reserve)
-            if not budget.ok(15):
+            if not budget.ok(ATLAS_ROW_RESERVE_S):
                 lines.append(row + " skipped (time budget) | | | | |")
                 print(lines[-1], flush=True)
                 continue
@@ -241,7 +246,7 @@ def atlas_timing(budget: Budget, quick: bool, save=lambda lines: None) -> list[s
                 step, forward, leaves = cases.atlas_step("torch", B, T, H, D, cfg)
                 first_ms, peak = cases.first_call(step, leaves)
                 # the first call compiles (Triton sub-ops) and is much slower than the timed ones after it
-                if budget.ok(5 + 2e-3 * first_ms):  # two more fwd+bwd and three forwards
+                if budget.ok(ATLAS_REPEAT_RESERVE_S + 2e-3 * first_ms):  # two more fwd+bwd and three forwards
                     fwd = f"{cases.time_ms(forward):.1f}"
                     full = cases.time_ms(step, warm=True)
                     full_cell = f"{full:.1f}"
