@@ -82,7 +82,7 @@ def run_mlp_case(spec: dict) -> dict:
     from atlas_kernels import MemoryConfig
     from atlas_kernels.ops.memory.chunk import memory_chunk_torch
     from atlas_kernels.ops.memory.triton import mlp as triton_mlp
-    from atlas_kernels.ops.memory.triton.checks import err_ratio
+    from atlas_kernels.ops.memory.triton.checks import cast_inputs, err_ratio
     from atlas_kernels.ops.memory.triton.mlp_checks import mlp_memory_inputs
 
     warps = spec["warps"]
@@ -100,12 +100,6 @@ def run_mlp_case(spec: dict) -> dict:
     if DEVICE == "cuda":
         torch.cuda.synchronize()
     return {"err": err_ratio(ref, out), "base": err_ratio(ref, base), "cond": err_ratio(ref, fp32)}
-
-
-def cast_inputs(inputs, dtype):
-    q, k, v, gates, params = inputs
-    up = lambda t: t.to(dtype)  # noqa: E731
-    return up(q), up(k), up(v), {n: up(t) for n, t in gates.items()}, {n: up(t) for n, t in params.items()}
 
 
 def run_ns_case(dtype_name: str, shape: tuple[int, ...]) -> dict:

@@ -50,11 +50,7 @@ def commit_label(ignore: str | Path | None = None, cwd: Path | None = None) -> s
     commit, dirty = git_state(cwd, ignore)
     if commit == "unknown":
         return "unknown (not a git checkout)"
-    try:
-        short = _git(cwd, "rev-parse", "--short", commit).strip()
-    except (OSError, subprocess.SubprocessError):
-        short = commit[:7]
-    return short + (" + local changes" if dirty else "")
+    return _git(cwd, "rev-parse", "--short", commit).strip() + (" + local changes" if dirty else "")
 
 
 def machine_label() -> str:

@@ -6,11 +6,13 @@ project ran on, 2026-12-04): the model builds and reads its outputs through thes
 """
 
 import dataclasses
+import functools
 from typing import Any
 
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
 
+@functools.cache  # read on every forward: once per class
 def cache_field(cls: type) -> str:
     """The name of the decoding-cache field of output class `cls`."""
     names = {f.name for f in dataclasses.fields(cls)}

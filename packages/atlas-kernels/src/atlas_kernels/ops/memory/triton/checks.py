@@ -97,11 +97,16 @@ def error_ratios(ref, out) -> dict[str, float]:
     return errs
 
 
-def upcast_inputs(inputs, device):
-    """The same inputs in the reference dtype (float32 on CUDA, float64 on CPU)."""
-    up = lambda t: t.to(_reference_dtype(device))  # noqa: E731
+def cast_inputs(inputs, dtype):
+    """The same inputs (q, k, v, gates, params) in `dtype`."""
+    up = lambda t: t.to(dtype)  # noqa: E731
     q, k, v, gates, p = inputs
     return up(q), up(k), up(v), {n: up(t) for n, t in gates.items()}, {n: up(t) for n, t in p.items()}
+
+
+def upcast_inputs(inputs, device):
+    """The same inputs in the reference dtype (float32 on CUDA, float64 on CPU)."""
+    return cast_inputs(inputs, _reference_dtype(device))
 
 
 def check_linear_memory(cfg: MemoryConfig, B, T, H, Dk, Dv, *, dtype, device, seed=0) -> dict[str, float]:
