@@ -76,7 +76,7 @@ def test_the_config_check_names_the_bad_key(runs):
 def test_the_study_jobs_are_the_registered_plan():
     settings = yaml.safe_load((ROOT / "config" / "study.yaml").read_text())["study"]
     study = StudyJobs.plan(settings, ROOT, "res")
-    assert len(study.jobs) == 207 and "mqar_v2_fig7_cpu/atlas_w0/seed70" in study.jobs
+    assert len(study.jobs) == 225 and "mqar_v2_fig7_cpu/atlas_w0/seed70" in study.jobs
     assert "mad_memorization_25_cpu/atlas/seed80" in study.jobs
     assert study.lm_protocols == {} and study.manifest == [] and study.data_arg == ""  # cpu: no lm protocol
     assert study.args == f"--claims {settings['claims']} --scale cpu --root res/study"

@@ -303,8 +303,8 @@ def test_the_study_target_plans_a_pilot_then_one_job_per_arm_and_seed(tmp_path):
     jobs = _jobs(res.stdout)
     assert jobs["study_pilot"] == 1 and jobs["study_parent"] == 1 and jobs["study_report"] == 1
     # config/study/claims.yaml at cpu scale: 8 + 4 MQAR arms x 3 seeds, 5 learnability, 2 x 17 learnability v2, the
-    # MQAR v2 protocols (96) and the MAD v2 ones (2 protocols x 3 arms x 6 seeds)
-    assert jobs["study_job"] == 207  # every registered CPU job (docs/study.md)
+    # MQAR v2 protocols (96) and the MAD v2 ones (2 protocols x 3 arms x 6 seeds), MQAR extrapolation (3 x 6)
+    assert jobs["study_job"] == 225  # every registered CPU job (docs/study.md)
     assert "study pilot --claims config/study/claims.yaml --scale cpu" in res.stdout
     assert "--budget-minutes 450 --cores 2" in res.stdout
     assert re.search(r"study run .* --job mqar_cpu/atlas_c1/seed11 --parent \S+/study/parent\.json", res.stdout)

@@ -243,3 +243,44 @@ def test_mqar_picks_the_lr_on_a_validation_split_and_records_the_curve(caplog):
     assert any("picked on the held-out test set" in d for d in plain.deviations)
     with pytest.raises(ValueError, match="--eval-every needs a validation split"):
         MQARProtocol(**base, eval_every=5)
+
+
+def test_mqar_test_only_settings_are_scored_but_never_trained_or_averaged(tmp_path):
+    """A test-only setting (extrapolation: 4x the trained length) gets its own held-out set and metrics, while the
+    trained settings' sets, the training, the mean accuracy and the protocol's resume identity stay as they were."""
+    from atlas_experiments.evaluation.mqar import MQARProtocol, held_out_sets, run_mqar, test_only_sets
+
+    base = dict(settings=((16, 2),), vocab_size=32, widths=(16,), layers=1, steps=6, batch_size=4, test_examples=8)
+    plain_protocol, extra_protocol = MQARProtocol(**base), MQARProtocol(**base, test_settings=((64, 2),))
+    assert "test_settings" not in plain_protocol.describe()  # old records and resume keys keep their identity
+    assert extra_protocol.describe()["test_settings"] == [[64, 2]]
+    (plain_set,), (same_set,) = held_out_sets(plain_protocol, 3), held_out_sets(extra_protocol, 3)
+    assert np.array_equal(plain_set.inputs, same_set.inputs)
+    (long_set,) = test_only_sets(extra_protocol, 3)
+    assert long_set.inputs.shape == (8, 64) and test_only_sets(plain_protocol, 3) == []
+
+    models = [st.ModelChoice("gated_deltanet", "gated_deltanet")]
+    plain = run_mqar(models, plain_protocol, seed=3, progress=False)
+    extra = run_mqar(models, extra_protocol, seed=3, progress=False)
+    key = "gated_deltanet/d=16"
+    for name in (f"acc/{key}", f"acc/{key}/len=16/pairs=2", f"acc_init/{key}", f"loss_last/{key}"):
+        assert extra.metrics[name] == plain.metrics[name], name
+    assert 0.0 <= extra.metrics[f"acc/{key}/len=64/pairs=2"] <= 1.0
+    assert f"acc/{key}/len=64/pairs=2" not in plain.metrics
+    assert extra.metrics[f"memory_size/{key}/len=64"] > 0
+    (row,) = extra.details["table"]
+    assert row["test_only"] == ["len=64/pairs=2"] and set(row["per_setting"]) == {"len=16/pairs=2", "len=64/pairs=2"}
+    with pytest.raises(ValueError, match=r"--test-settings \[\(16, 2\)\] are trained settings"):
+        MQARProtocol(**base, test_settings=((16, 2),))
+
+
+def test_mqar_command_takes_test_settings(tmp_path, capsys):
+    out = tmp_path / "mqar.json"
+    argv = ["eval", "mqar", "--models", "deltanet", "--settings", "16x2", "--test-settings", "64x2",
+            "--vocab-size", "32", "--width", "16", "--steps", "2", "--batch-size", "4", "--test-examples", "8",
+            "--out", str(out), *FAST]  # fmt: skip
+    assert main(argv) == 0
+    data = _load(out)
+    assert data["protocol"]["test_settings"] == [[64, 2]] and "acc/deltanet/d=16/len=64/pairs=2" in data["metrics"]
+    assert main([*argv[:6], "--test-settings", "64", *argv[8:]]) != 0
+    assert "--test-settings: expected TxP items like 64x4, got '64'" in capsys.readouterr().err

@@ -227,6 +227,43 @@ def test_rule_v2_on_results_with_a_gate(tmp_path):
     assert record["verdict"] == "not resolved (floor)" and "len=16/pairs=2 0.55 < 0.5 + 0.1" in record["reason"]
 
 
+def test_an_extrapolation_claim_is_judged_at_its_test_only_cell_and_gated_where_the_arms_trained(tmp_path):
+    """A claim on a test-only MQAR setting reads that cell, while the gate asks whether the arms learned where they
+    trained: arms that learned and then fail at 4x the length are judged (here: no difference), arms that never
+    learned are "not resolved (floor)" whatever their test-only numbers; an unscored cell is refused."""
+    from atlas_experiments.study.report_v2 import judge_v2
+
+    data = tiny_claims()
+    mqar = data["protocols"]["mqar_tiny"]
+    mqar.update(registered="2026-12-03", seeds=[1, 2, 3, 4, 5, 6],
+                gate={"kind": "copy_from_context", "margin": 0.1, "min_accuracy": 0.5})  # fmt: skip
+    mqar["args"] = {**TINY_MQAR, "test_settings": "64x2"}
+    far_cell = {**data["claims"][0]["metric"], "cell": "len=64/pairs=2"}
+    extrap = {**data["claims"][0], "id": "x.extrap", "metric": far_cell}
+    data["claims"].append(extrap)
+    registry = parse_claims(data)
+    claim = registry.claim("x.extrap")
+    assert metric_key(claim, registry.protocols["mqar_tiny"], registry.arms["tpp"]) == "acc/tpp/d=16/len=64/pairs=2"
+    root = tmp_path / "study"
+
+    def write(trained: float, far: dict[str, float]) -> dict:
+        for arm in ("tpp", "gdn"):
+            for seed in range(1, 7):
+                job = Job(registry.protocols["mqar_tiny"], registry.arms[arm], seed)
+                hand_made(job, root, {f"acc/{arm}/d=16": trained, f"acc/{arm}/d=16/len=16/pairs=2": trained,
+                                      f"acc/{arm}/d=16/len=64/pairs=2": far[arm] + 0.01 * (seed % 2)})  # fmt: skip
+        (record,) = [r for r in judge_v2(registry, ["cpu"], root=root) if r["claim"] == "x.extrap"]
+        return record
+
+    record = write(0.95, {"tpp": 0.2, "gdn": 0.2})  # learned at T, both fail at 4T
+    assert record["gate"]["passed"] and record["verdict"] in ("does not hold", "inconclusive")
+    assert record["values"]["tpp"] == pytest.approx({s: 0.2 + 0.01 * (s % 2) for s in range(1, 7)})
+    record = write(0.3, {"tpp": 0.9, "gdn": 0.2})  # never learned where trained: no verdict from the 4T cell
+    assert record["verdict"] == "not resolved (floor)" and "mean accuracy 0.3 < 0.5" in record["reason"]
+    with pytest.raises(ClaimsError, match=r"metric.cell: mqar_tiny scores settings len=16/pairs=2, len=64/pairs=2"):
+        parse_claims({**data, "claims": [{**extrap, "metric": {**extrap["metric"], "cell": "len=32/pairs=2"}}]})
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_an_lm_job_trains_the_arm_and_records_its_validation_loss(tmp_path, prepared_data):
     registry = parse_claims(tiny_claims())
@@ -402,8 +439,9 @@ def test_the_committed_verdicts_regenerate_from_the_committed_results(tmp_path):
     verdicts = lambda rows: {r["claim"]: r["verdict"] for r in rows}  # noqa: E731
     for key in ("rule_v2", "v1_data_rule_v2", "rule_v1"):
         assert verdicts(made[key]) == verdicts(committed[key]), key
-    fresh = verdicts(made["rule_v2"])  # the protocols registered after rule v2: learnability v2, MQAR v2, MAD v2
-    assert len(fresh) >= 10 and all(c.startswith(("learnability_v2", "mqar_v2", "mad_v2")) for c in fresh)
+    fresh = verdicts(made["rule_v2"])  # the protocols registered after rule v2
+    v2_families = ("learnability_v2", "mqar_v2", "mad_v2", "extrapolation_v2")
+    assert len(fresh) >= 10 and all(c.startswith(v2_families) for c in fresh)
     assert not set(fresh) & (set(verdicts(made["rule_v1"])) | set(verdicts(made["v1_data_rule_v2"])))
 
 

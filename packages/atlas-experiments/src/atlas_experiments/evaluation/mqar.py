@@ -6,6 +6,11 @@ scored on held-out sequences of each setting: accuracy over the queried values. 
 width) is the run with the best mean accuracy over the lr sweep. Every (model, width) also reports its state size
 (the floats it carries per sequence after reading T tokens) and memory size (memory weights + attention KV), the
 x-axis of the paper's "accuracy per memory size" (Fig. 7), and its accuracy before training.
+
+Test-only settings (`test_settings`) are scored on held-out sequences of their own seed stream and are never
+trained on, validated on or part of the mean accuracy: a setting at 4x the longest trained length asks whether a
+model's recall extrapolates to contexts longer than any it saw (the paper's Table 3 trains at 4K and tests at 16K;
+docs/study.md, "Extrapolation proxy").
 """
 
 from __future__ import annotations
@@ -70,15 +75,26 @@ class MQARProtocol:
     weight_decay: float = 0.1
     warmup_fraction: float = 0.05
     eval_batch_size: int = 64
+    test_settings: tuple[tuple[int, int], ...] = ()  # scored only: never trained or validated on (extrapolation)
     configs: tuple[MQARConfig, ...] = field(init=False)
+    test_configs: tuple[MQARConfig, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.settings:
             raise ValueError("mqar: no (seq_len, num_kv_pairs) setting")
-        configs = tuple(
-            MQARConfig(self.vocab_size, t, p, self.num_queries, self.power_a) for t, p in sorted(set(self.settings))
-        )
-        object.__setattr__(self, "configs", configs)
+
+        def build(settings):
+            q, a = self.num_queries, self.power_a
+            return tuple(MQARConfig(self.vocab_size, t, p, q, a) for t, p in sorted(set(settings)))
+
+        object.__setattr__(self, "configs", build(self.settings))
+        object.__setattr__(self, "test_configs", build(self.test_settings))
+        both = set(self.settings) & set(self.test_settings)
+        if both:
+            raise ValueError(
+                f"mqar: --test-settings {sorted(both)} are trained settings already (a test-only setting is one the "
+                "models never train on)"
+            )
         if not self.widths or not self.lrs:
             raise ValueError("mqar: --width and --lrs need at least one value")
         if self.test_examples < 1 or self.steps < 0:
@@ -96,7 +112,13 @@ class MQARProtocol:
     def describe(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("configs")
+        out.pop("test_configs")
         out["settings"] = [list(s) for s in sorted(set(self.settings))]
+        # absent when empty: the protocols registered before the field existed keep their resume keys and records
+        if self.test_settings:
+            out["test_settings"] = [list(s) for s in sorted(set(self.test_settings))]
+        else:
+            out.pop("test_settings")
         out["train_examples_per_setting"] = self.train_size()
         return out
 
@@ -161,6 +183,15 @@ def held_out_sets(protocol: MQARProtocol, seed: int) -> list:
     ]
 
 
+def test_only_sets(protocol: MQARProtocol, seed: int) -> list:
+    """The held-out sets of the test-only settings (`protocol.test_configs`), a seed stream of their own so that
+    adding them leaves every other set of the run as it was."""
+    return [
+        generate_mqar(cfg, protocol.test_examples, seed=np.random.default_rng([seed, 4, i]))
+        for i, cfg in enumerate(protocol.test_configs)
+    ]
+
+
 def config_kwargs(protocol: MQARProtocol, width: int) -> dict[str, Any]:
     """`model_config`'s keyword arguments for an arm of `protocol` at `width`."""
     return arm_config_kwargs(protocol, width=width, vocab_size=protocol.vocab_size)
@@ -182,7 +213,8 @@ def memory_floats(choice: ModelChoice, protocol: MQARProtocol, width: int, devic
     device = torch.device(device)
     arm, _ = sized_arm(choice, protocol, width, device)
     model = build_lm(model_config(arm, **config_kwargs(protocol, width)), 0, device)
-    return {c.seq_len: state_size(model, c.seq_len, c.vocab_size, device)["memory"] for c in protocol.configs}
+    scored = protocol.configs + protocol.test_configs
+    return {c.seq_len: state_size(model, c.seq_len, c.vocab_size, device)["memory"] for c in scored}
 
 
 def mean_accuracy(scores: Sequence[dict[str, float]]) -> float:
@@ -206,6 +238,9 @@ def run_mqar(
     device = torch.device(device)
     train, test = _datasets(protocol, seed)
     val = validation_sets(protocol, seed)
+    # every scored set: the trained settings' (their mean is the run's accuracy), then the test-only ones
+    scored_configs = protocol.configs + protocol.test_configs
+    scored = test + test_only_sets(protocol, seed)
     metrics: dict[str, float] = {}
     runs: list[dict[str, Any]] = []
     table: list[dict[str, Any]] = []
@@ -219,8 +254,8 @@ def run_mqar(
             # the untrained model (every lr's run starts from these weights: build_lm seeds them)
             model = build_lm(cfg, seed, device)
             params = count_parameters(model)
-            sizes = {c.seq_len: state_size(model, c.seq_len, c.vocab_size, device) for c in protocol.configs}
-            init_acc = [evaluate(model, d, batch_size=protocol.eval_batch_size, device=device)["acc"] for d in test]
+            sizes = {c.seq_len: state_size(model, c.seq_len, c.vocab_size, device) for c in scored_configs}
+            init_acc = [evaluate(model, d, batch_size=protocol.eval_batch_size, device=device)["acc"] for d in scored]
             del model
 
             def train_lr(point: SweepPoint, snapshots, choice=choice, cfg=cfg, key=key, width=width) -> dict[str, Any]:
@@ -239,14 +274,14 @@ def run_mqar(
                     progress=progress, desc=f"mqar {key} lr={lr:g}", every=protocol.eval_every,
                     on_step=validate if val else None, snapshot=snapshots({"curve": curve}) if snapshots else None,
                 )  # fmt: skip
-                scores = [evaluate(model, d, batch_size=protocol.eval_batch_size, device=device) for d in test]
+                scores = [evaluate(model, d, batch_size=protocol.eval_batch_size, device=device) for d in scored]
                 run = {
                     "model": choice.name,
                     "width": width,
                     "lr": lr,
-                    "mean_acc": mean_accuracy(scores),
+                    "mean_acc": mean_accuracy(scores[: len(test)]),
                     "train": summary,
-                    "per_setting": {c.label: s for c, s in zip(protocol.configs, scores)},
+                    "per_setting": {c.label: s for c, s in zip(scored_configs, scores)},
                 }
                 if val:
                     if not curve or curve[-1][0] != protocol.steps:
@@ -268,8 +303,8 @@ def run_mqar(
                 "width": width,
                 "best_lr": best["lr"],
                 "acc": best["mean_acc"],
-                "acc_init": float(np.mean(init_acc)),
-                "per_setting": {c.label: best["per_setting"][c.label]["acc"] for c in protocol.configs},
+                "acc_init": float(np.mean(init_acc[: len(test)])),
+                "per_setting": {c.label: best["per_setting"][c.label]["acc"] for c in scored_configs},
                 "state_size": {str(t): s["state"] for t, s in sizes.items()},
                 "memory_size": {str(t): s["memory"] for t, s in sizes.items()},
                 "parameters": params,
@@ -282,7 +317,9 @@ def run_mqar(
             table.append(row)
             metrics[f"acc/{key}"] = row["acc"]
             metrics[f"acc_init/{key}"] = row["acc_init"]
-            for c, a0 in zip(protocol.configs, init_acc):
+            if protocol.test_configs:
+                row["test_only"] = [c.label for c in protocol.test_configs]
+            for c, a0 in zip(scored_configs, init_acc):
                 metrics[f"acc/{key}/{c.label}"] = row["per_setting"][c.label]
                 metrics[f"acc_init/{key}/{c.label}"] = a0
             for t, s in sizes.items():
@@ -301,6 +338,7 @@ def plot_mqar(result: EvalResult, path: Path) -> Path:
 
     table = result.details["table"]
     labels = list(table[0]["per_setting"]) if table else []
+    test_only = set(table[0].get("test_only", ())) if table else set()
     fig, axes = plt.subplots(1, max(1, len(labels)), figsize=(4.2 * max(1, len(labels)), 3.6), squeeze=False)
     for ax, label in zip(axes[0], labels):
         seq_len = label.split("/")[0].split("=")[1]
@@ -312,7 +350,7 @@ def plot_mqar(result: EvalResult, path: Path) -> Path:
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"MQAR {label}")
+        ax.set_title(f"MQAR {label}" + (" (test only)" if label in test_only else ""))
         ax.set_xlabel("memory size (floats per sequence)")
         ax.set_ylabel("accuracy")
         ax.grid(alpha=0.3)

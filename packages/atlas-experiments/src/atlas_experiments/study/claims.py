@@ -299,6 +299,15 @@ def _claim(raw: Any, index: int, arms: Mapping[str, Arm], protocols: Mapping[str
         ran = str(p.args.get("tasks", "all"))
         if p.task == "mad" and ran != "all" and metric.cell not in ran.split(","):
             raise ClaimsError(f"{where}.metric.cell: {protocol} runs MAD tasks {ran}, not {metric.cell}")
+        if p.task == "mqar" and metric.cell is not None:
+            from atlas_experiments.study.gates import mqar_labels
+
+            trained, test_only = mqar_labels(p.args)
+            if metric.cell not in trained + test_only:
+                raise ClaimsError(
+                    f"{where}.metric.cell: {protocol} scores settings {', '.join(trained + test_only)}, not "
+                    f"{metric.cell!r}"
+                )
     else:
         why = check.text(why, f"{where}.why")
         if protocol is not None:

@@ -7,7 +7,9 @@ anything. Every baseline is computed from the protocol's own data, never hard-co
 
     copy_from_context   (MQAR) the best arm's held-out accuracy must exceed, in every setting, the accuracy of
                         copying a random value from the example's context (1 / pairs) by `margin`, and its mean
-                        over the settings must reach `min_accuracy`.
+                        over the settings must reach `min_accuracy`. The gate reads the trained settings only:
+                        for a claim on a test-only setting (extrapolation) it asks that the models learned the task
+                        where they were trained, and the claim's own cell may then fall anywhere.
     mean_predictor      (learnability) the best arm's loss must lie `margin` below the normalised loss of the best
                         constant predictor (the stream's mean output) over the same positions.
     majority_class      (MAD) the best arm's task score must exceed, by `margin`, the accuracy of answering the most
@@ -149,7 +151,8 @@ def mqar_protocol(args: Mapping[str, Any]):
         return cast(args[key]) if args.get(key) is not None else getattr(MQARProtocol, key)
 
     return MQARProtocol(
-        settings=tuple(tuple(int(v) for v in s.split("x")) for s in str(args["settings"]).split(",")),
+        settings=_settings(args["settings"]),
+        test_settings=_settings(args["test_settings"]) if args.get("test_settings") else (),
         vocab_size=int(args["vocab_size"]),
         num_queries=opt("num_queries"),
         test_examples=opt("test_examples"),
@@ -159,6 +162,16 @@ def mqar_protocol(args: Mapping[str, Any]):
         memory_expansion=opt("memory_expansion"),
         match_memory=opt("match_memory", str),
     )
+
+
+def _settings(text: Any) -> tuple[tuple[int, int], ...]:
+    return tuple(tuple(int(v) for v in s.split("x")) for s in str(text).split(","))
+
+
+def mqar_labels(args: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(trained, test-only) setting labels ("len=64/pairs=8") of an MQAR protocol's registered args."""
+    protocol = mqar_protocol(args)
+    return [c.label for c in protocol.configs], [c.label for c in protocol.test_configs]
 
 
 def mqar_copy_baselines(args: Mapping[str, Any], seeds: Sequence[int]) -> dict[str, float]:

@@ -119,7 +119,9 @@ def metric_key(claim: Claim, protocol: Protocol, arm: Arm) -> str:
     if protocol.task == "mqar":
         if claim.metric.name != "accuracy":
             raise ValueError(f"{claim.id}: mqar jobs report accuracy, not {claim.metric.name!r}")
-        return f"acc/{arm.name}/d={protocol.args['width']}"
+        key = f"acc/{arm.name}/d={protocol.args['width']}"
+        # no cell: the mean over the trained settings; a cell: one scored setting (a test-only one for extrapolation)
+        return f"{key}/{claim.metric.cell}" if claim.metric.cell else key
     if protocol.task == "mad":
         if claim.metric.name != "accuracy":
             raise ValueError(f"{claim.id}: mad jobs report accuracy, not {claim.metric.name!r}")

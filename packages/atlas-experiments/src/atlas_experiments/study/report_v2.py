@@ -72,7 +72,11 @@ def _gate_finding(claim: Claim, protocol: Protocol, values, baselines: Baselines
         return None
     if gate.kind == "copy_from_context":
         base = baselines.mqar(protocol.name)
-        return gates.evaluate(gate, claim, values, base, extra.get("per_setting"))
+        # the gate asks whether the models learned where they trained: the mean over the trained settings (the
+        # claim's own values unless its cell is one setting, e.g. a test-only one)
+        trained = extra.get("trained_mean") or {}
+        learned = trained if all(arm.name in trained for arm in claim.arms) else values
+        return gates.evaluate(gate, claim, learned, base, extra.get("per_setting"))
     if gate.kind == "mean_predictor":
         by_setting = baselines.learnability(protocol.name, claim.metric.name)
         base = {arm.name: by_setting[arm.select["setting"]] for arm in claim.arms}
@@ -93,17 +97,21 @@ def _extra_from_results(claim: Claim, registry: Registry, root: Path) -> dict[st
 
     protocol = registry.protocol_of(claim)
     per_setting: dict[str, dict[str, dict[int, float]]] = {}
+    trained_mean: dict[str, dict[int, float]] = {}
     unigram = []
     for arm in claim.arms:
         for seed in protocol.seeds:
             metrics = load(Job(protocol, None if arm.select else arm, seed), root).get("metrics", {})
-            prefix = f"acc/{arm.name}/d={protocol.args.get('width')}/"
+            mean_key = f"acc/{arm.name}/d={protocol.args.get('width')}"
+            if protocol.task == "mqar" and mean_key in metrics:
+                trained_mean.setdefault(arm.name, {})[seed] = float(metrics[mean_key])
             for key, value in metrics.items():
-                if key.startswith(prefix):
-                    per_setting.setdefault(arm.name, {}).setdefault(key[len(prefix) :], {})[seed] = float(value)
+                if key.startswith(mean_key + "/"):
+                    per_setting.setdefault(arm.name, {}).setdefault(key[len(mean_key) + 1 :], {})[seed] = float(value)
             if "baseline/unigram_loss" in metrics:
                 unigram.append(float(metrics["baseline/unigram_loss"]))
-    return {"per_setting": per_setting or None, "unigram": (sum(unigram) / len(unigram)) if unigram else None}
+    return {"per_setting": per_setting or None, "trained_mean": trained_mean or None,
+            "unigram": (sum(unigram) / len(unigram)) if unigram else None}  # fmt: skip
 
 
 def judge_v2(

@@ -26,6 +26,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seq-lens", default="16,32", help="sequence lengths T (default 16,32)")
     g.add_argument("--kv-pairs", default="2,4", help="kv pairs P; settings are the valid (T, P) of the product")
     g.add_argument("--settings", help="explicit TxP settings, e.g. 64x4,128x8,256x16 (replaces --seq-lens/--kv-pairs)")
+    g.add_argument(
+        "--test-settings",
+        help="TxP settings scored on held-out sequences only, never trained on (e.g. 256x8: extrapolation to 4x "
+        "the longest trained length)",
+    )
     g.add_argument("--vocab-size", type=int, default=64, help="task vocabulary (Zoology: 8192; default 64)")
     g.add_argument("--num-queries", type=int, help="queries per sequence (default: every key, as Zoology)")
     g.add_argument("--power-a", type=float, default=0.01, help="power law of the query gaps (Zoology 0.01)")
@@ -55,13 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from atlas_experiments.evaluation.synthetic_train import figure_path, parse_list, parse_models, torch_threads
 
     if args.settings:
-        settings = []
-        for item in parse_list(args.settings, str, "--settings"):
-            try:
-                t, p = (int(v) for v in item.lower().split("x"))
-            except ValueError as exc:
-                raise ValueError(f"--settings: expected TxP items like 64x4, got {item!r}") from exc
-            settings.append((t, p))
+        settings = parse_settings(args.settings, "--settings")
     else:
         q = args.num_queries
         settings = [
@@ -81,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         test_examples=args.test_examples,
         val_examples=args.val_examples,
         eval_every=args.eval_every,
+        test_settings=parse_settings(args.test_settings, "--test-settings") if args.test_settings else (),
         widths=tuple(parse_list(args.width, int, "--width")),
         **model_options(args),
         lrs=tuple(parse_list(args.lrs, float, "--lrs")),
@@ -101,6 +101,20 @@ def run(args: argparse.Namespace) -> int:
             f"lr {row['best_lr']:g} memory {row['memory_size']}"
         )
     return finish_synthetic(result, args, figures)
+
+
+def parse_settings(text: str, option: str) -> tuple[tuple[int, int], ...]:
+    """'64x4,128x8' -> ((64, 4), (128, 8)); `option` names the flag in the error."""
+    from atlas_experiments.evaluation.synthetic_train import parse_list
+
+    settings = []
+    for item in parse_list(text, str, option):
+        try:
+            t, p = (int(v) for v in item.lower().split("x"))
+        except ValueError as exc:
+            raise ValueError(f"{option}: expected TxP items like 64x4, got {item!r}") from exc
+        settings.append((t, p))
+    return tuple(settings)
 
 
 MQAR_KEY = re.compile(r"(acc|acc_init)/([^/]+)/d_(\d+)(?:/len_(\d+)/pairs_(\d+))?")
