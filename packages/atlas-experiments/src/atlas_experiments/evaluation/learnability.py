@@ -277,14 +277,9 @@ def plot_learnability(result: EvalResult, path: Path) -> Path:
 
 def parse_memories(text: str) -> tuple[tuple[int, int], ...]:
     """'2x1,2x4,3x1,3x4' -> ((2, 1), (2, 4), (3, 1), (3, 4))."""
-    out = []
-    for item in (s.strip() for s in text.split(",") if s.strip()):
-        try:
-            layers, expansion = (int(v) for v in item.lower().split("x"))
-        except ValueError as exc:
-            raise ValueError(f"--memories: expected LAYERSxEXPANSION items like 2x4, got {item!r}") from exc
-        out.append((layers, expansion))
-    return tuple(out)
+    from atlas_experiments.evaluation.synthetic_train import parse_pairs
+
+    return parse_pairs(text, "--memories", "LAYERSxEXPANSION items like 2x4")
 
 
 def parse_settings(items: Sequence[str]) -> tuple[str, ...]:

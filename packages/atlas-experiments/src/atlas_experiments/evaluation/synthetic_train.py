@@ -346,6 +346,18 @@ def parse_list(text: str | Sequence[Any] | None, kind: type = int, name: str = "
         raise ValueError(f"{name}: cannot parse {text!r} as a comma-separated list of {kind.__name__}") from exc
 
 
+def parse_pairs(text: str, name: str, form: str) -> tuple[tuple[int, int], ...]:
+    """'64x4,128x8' -> ((64, 4), (128, 8)); `form` ("TxP like 64x4") describes an item in the error naming `name`."""
+    out = []
+    for item in parse_list(text, str, name):
+        try:
+            a, b = (int(v) for v in item.lower().split("x"))
+        except ValueError as exc:
+            raise ValueError(f"{name}: expected {form}, got {item!r}") from exc
+        out.append((a, b))
+    return tuple(out)
+
+
 @contextlib.contextmanager
 def torch_threads(n: int | None) -> Iterator[None]:
     """Run with `n` intra-op CPU threads (restored afterwards); None keeps torch's setting."""

@@ -105,16 +105,9 @@ def run(args: argparse.Namespace) -> int:
 
 def parse_settings(text: str, option: str) -> tuple[tuple[int, int], ...]:
     """'64x4,128x8' -> ((64, 4), (128, 8)); `option` names the flag in the error."""
-    from atlas_experiments.evaluation.synthetic_train import parse_list
+    from atlas_experiments.evaluation.synthetic_train import parse_pairs
 
-    settings = []
-    for item in parse_list(text, str, option):
-        try:
-            t, p = (int(v) for v in item.lower().split("x"))
-        except ValueError as exc:
-            raise ValueError(f"{option}: expected TxP items like 64x4, got {item!r}") from exc
-        settings.append((t, p))
-    return tuple(settings)
+    return parse_pairs(text, option, "TxP items like 64x4")
 
 
 MQAR_KEY = re.compile(r"(acc|acc_init)/([^/]+)/d_(\d+)(?:/len_(\d+)/pairs_(\d+))?")
