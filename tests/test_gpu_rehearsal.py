@@ -73,6 +73,11 @@ def test_every_step_runs_once_in_order_and_leaves_its_output(rehearsal):
     for s in steps:
         assert s["output"] in names and (res / s["output"]).stat().st_size > 0, s
     assert not [n for n in names if "checkpoints" in n or n.endswith(".tmp")]
+    # the compiled rows' first calls ran in the background beside the correctness steps, into the shared cache
+    assert "compile warm-up: started in the background" in log and "compile_warm.md" in names
+    assert log.index("compile warm-up: ") < log.index("== step timing (")
+    assert "(warm-up, not timed)" in (res / "compile_warm.md").read_text()
+    assert "inductor-cache" not in " ".join(names)
     # the sanitizer ran racecheck on the MLP forward, limited to that kernel
     args = (stubs / "sanitizer-args").read_text()
     assert "--tool racecheck" in args and "kns=_mlp_fwd_kernel" in args and "faults.py case race-" in args
@@ -93,7 +98,9 @@ def test_the_cpu_side_turns_the_returned_files_into_rows_and_verdicts(rehearsal,
     assert "| mlp-d16-h16-w4 | 16 | 64 | 16 | 4 |" in text and "| newton-schulz k=5 | 2x16x24 | bf16 |" in text
     timing = [r for r in rows if r.startswith("| tiny | 70 | 1 |")]
     assert [r.split(" | ")[3] for r in timing] == ["triton", "fla chunk_gated_delta_rule", "torch chunk op", "triton",
-                                                   "torch chunk op", "torch chunk op, compiled"]  # fmt: skip
+                                                   "torch chunk op", "torch chunk op, compiled",
+                                                   "torch chunk op, compiled"]  # fmt: skip
+    assert "(warm-up, not timed)" in timing[5] and "% |" in timing[6]  # the warm-up's row, then the timed one
     assert "skipped: flash-linear-attention" in timing[1] or "ms" not in timing[1]
     atlas = [r for r in rows if r.startswith("| tiny | 21 | 1 |")]
     assert [r.split(" | ")[3] for r in atlas] == list(cases.ATLAS_CONFIGS)[:2]

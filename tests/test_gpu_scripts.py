@@ -43,6 +43,7 @@ def _stub_python(tmp_path: Path) -> Path:
         ("atlas", ["faults.py env", "atlas_rows.py --quick"]),
         ("mlp_sweep newton_schulz", ["faults.py env", "faults.py mlp", "faults.py ns"]),
         ("timing compiled", ["faults.py env", "timing_rows.py --rows eager", "timing_rows.py --rows compiled"]),
+        ("newton_schulz compiled", ["faults.py env", "faults.py ns", "timing_rows.py --rows compiled --budget"]),
     ],
 )
 def test_steps_selects_the_session_steps(tmp_path, steps, expected):
@@ -50,12 +51,21 @@ def test_steps_selects_the_session_steps(tmp_path, steps, expected):
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
            "RES": str(tmp_path / "res"), "PYTHON": str(bin_dir / "python"), "STEPS": steps}  # fmt: skip
     subprocess.run(["bash", str(SESSION)], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=60)
-    calls = (tmp_path / "calls.log").read_text().splitlines()
+    lines = (tmp_path / "calls.log").read_text().splitlines()
+    calls = [c for c in lines if "--warm" not in c]  # the compile warm-up runs beside the steps, in any order
     assert len(calls) == len(expected)
     for call, marker in zip(calls, expected, strict=True):
         assert marker in call, (call, marker)
     ran = [line.split("\t")[0] for line in (tmp_path / "res" / "steps.tsv").read_text().splitlines()[1:]]
     assert ran == ["env", *[s for s in ("mlp_sweep", "newton_schulz", "timing", "compiled", "atlas") if s in steps]]
+    # the warm-up starts only with the compiled step and a correctness step to run beside (ns: 20 s), and is over
+    # before the compiled step starts
+    log = (tmp_path / "out" / "session.log").read_text()
+    warmed = "compile warm-up: started in the background for at most 20 s" in log
+    assert warmed == (steps == "newton_schulz compiled")
+    if warmed:
+        assert log.index("compile warm-up: ") < log.index("== step compiled") and "before step compiled" in log
+        assert "compile_warm" not in " ".join(calls)
     # a step whose command wrote nothing still leaves its file, saying why
     assert "no output: step" in (tmp_path / "res" / "env.txt").read_text()
 

@@ -21,6 +21,11 @@
 #   atlas          50  kernels_gpu.py --only atlas --quick: Atlas at 760M beside its GD twin        atlas.md
 #   panel         200  the study panel (study_panel.sh: no pilot, no tracking, processes side by side;
 #                      PLAN = benchmarks/gpu/panel_plan.json if present: its jobs and grouping)    panel/
+# With the compiled step selected, its graphs compile in the background from the end of env (timing_rows.py --rows
+# compiled --warm, niced, 4 compile threads, log compile_warm.log) while the correctness steps run, for at most
+# the sum of their limits; it is stopped before the first timed step (timing, compiled, atlas or panel), so that
+# nothing shares the GPU with a timing row. The compiled step reads the same inductor cache (TORCHINDUCTOR_CACHE_DIR,
+# default $RES/inductor-cache, left out of the archive) and loads what the warm-up compiled.
 # A step that fails or runs out of time does not stop the next. Each step's output lands in RES (default
 # /tmp/atlas-gpu-call) when the step ends (tables: temp file, then rename, after every row or case); after every
 # step RES is packed into $OUT/gpu-call.tar.gz (again temp file, then rename; training checkpoints left out), so
@@ -63,6 +68,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"  # filled by the env step
 fi
 export PYTHONPATH="$PWD/packages/atlas-kernels/src${PYTHONPATH:+:$PYTHONPATH}"
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$RES/inductor-cache}
 export RES PY SMOKE_FLAG
 echo "GPU call: $(date -u +%FT%TZ), limits sum to $total s, results in $RES, returned from $OUT"
 
@@ -133,7 +139,7 @@ record() {  # step, limit, wall, rc: one line of steps.tsv, rewritten whole (tem
 }
 pack() {  # RES as one archive in OUT; tar's exit 1 (a file changed while read) still leaves a whole archive
   tar -czf "$OUT/gpu-call.tar.gz.tmp" -C "$RES" --exclude=checkpoints --exclude=loss_curve.png \
-    --exclude='*.tmp' . 2>/dev/null
+    --exclude=inductor-cache --exclude='*.tmp' . 2>/dev/null
   [ $? -le 1 ] && mv -f "$OUT/gpu-call.tar.gz.tmp" "$OUT/gpu-call.tar.gz"
 }
 run_step() {
@@ -158,7 +164,37 @@ run_step() {
   pack
 }
 
+WARM_PID=""
+start_warm() {  # the compiled rows' first calls, in the background, for the correctness steps' time
+  local budget=0 name
+  [[ "$SELECTED" == *" compiled "* ]] || return 0
+  for name in mlp_sweep racecheck newton_schulz pytest_gpu; do
+    [[ "$SELECTED" == *" $name "* ]] && budget=$((budget + LIMIT[$name]))
+  done
+  [ "$budget" -gt 10 ] || return 0
+  echo "== compile warm-up: started in the background for at most $budget s (compile_warm.log)"
+  # timeout runs it in a process group of its own and passes a TERM on to the whole group (compile workers too)
+  TORCHINDUCTOR_COMPILE_THREADS=4 timeout -k 5 "$budget" nice -n 10 "$PY" benchmarks/gpu/timing_rows.py \
+    --rows compiled --warm --budget "$budget" $SMOKE_FLAG --out "$RES/compile_warm.md" \
+    > "$RES/compile_warm.log" 2>&1 &
+  WARM_PID=$!
+}
+stop_warm() {  # before a timed step: nothing may share the GPU with a timing row
+  [ -n "$WARM_PID" ] || return 0
+  if kill -0 "$WARM_PID" 2>/dev/null; then
+    kill -TERM "$WARM_PID" 2>/dev/null
+    echo "== compile warm-up: stopped before step $1 (what it compiled stays in the cache)"
+  else
+    echo "== compile warm-up: ended before step $1"
+  fi
+  wait "$WARM_PID" 2>/dev/null
+  WARM_PID=""
+}
+
 for name in "${STEP_NAMES[@]}"; do
+  case $name in timing|compiled|atlas|panel) [[ "$SELECTED" == *" $name "* ]] && stop_warm "$name" ;; esac
   run_step "$name"
+  [ "$name" = env ] && start_warm
 done
+stop_warm end
 echo "GPU call done: $(date -u +%FT%TZ)"

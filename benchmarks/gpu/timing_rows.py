@@ -5,13 +5,16 @@
     ... --smoke   # CPU, Triton interpreter, tiny shapes (rehearsal)
 
 `eager`: the linear memory's rows that the first GPU run never reached (results-2026-11-30-h200.md, "What is left"
-2): the Triton op and the torch chunk op for the gated delta rule (c = 1) and the Omega window (c = 4), beside
-flash-linear-attention's `chunk_gated_delta_rule` (Gated DeltaNet's kernels: the ceiling a linear memory can reach;
-"skipped" with the reason when `fla` is not importable, see wheels.sh). `compiled`: the torch chunk op with its
-chunk step under torch.compile, when atlas-kernels offers one (`memory_chunk_torch(..., compiled=True)` or a
-"compiled" backend); otherwise every row says so. Its first call compiles (tens of seconds), so it is a step of
-its own. The helpers (shapes, FLOP model, bench_ms) are `kernels_gpu_cases.py`'s; the table is rewritten (temp
-file, then rename) after every row.
+2): the Triton op and the torch chunk op for the gated delta rule (c = 1) and the Omega window (c = 4), beside flash-
+linear-attention's `chunk_gated_delta_rule` (Gated DeltaNet's kernels: the ceiling a linear memory can reach;
+"skipped" with the reason when `fla` is not importable, see wheels.sh). `compiled`: the torch chunk op with its chunk
+step under torch.compile, when atlas-kernels offers one (`memory_chunk_torch(..., compiled=True)` or a "compiled"
+backend); otherwise every row says so. Its first call compiles (tens of seconds), so it is a step of its own, and
+`--warm` runs each compiled row's first calls untimed: session.sh starts it in the background while the correctness
+steps run, with inductor's cache folder (TORCHINDUCTOR_CACHE_DIR) shared with the compiled step, which then loads the
+compiled graphs instead of generating them (on a CPU, a second process's first call of the compiled Omega op took 5.6
+s instead of 32.6 s). The helpers (shapes, FLOP model, bench_ms) are `kernels_gpu_cases.py`'s; the table is rewritten
+(temp file, then rename) after every row.
 """
 
 from __future__ import annotations
@@ -88,7 +91,17 @@ def _fla(B, T, H, D):
     return made, (None if made else f"skipped: flash-linear-attention {why} (benchmarks/gpu/wheels.sh carries it)")
 
 
-def table(kind: str, budget_s: float, peak: float, save) -> list[str]:
+def warm(step, forward) -> float:
+    """Seconds of a row's first forward + backward and forward-only calls: the compiles, nothing timed."""
+    start = time.time()
+    step()
+    forward()
+    if cases.DEVICE == "cuda":
+        torch.cuda.synchronize()
+    return time.time() - start
+
+
+def table(kind: str, budget_s: float, peak: float, save, warm_only: bool = False) -> list[str]:
     deadline = time.time() + budget_s
     lines = [
         f"## Forward + backward ({kind}; bf16, {cases.TOKENS_PER_BATCH} tokens per batch)",
@@ -100,6 +113,9 @@ def table(kind: str, budget_s: float, peak: float, save) -> list[str]:
         "| % roof |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if warm_only:
+        lines[0] = f"## Compile warm-up ({kind}; first calls only, nothing timed)"
+        lines[2] = "Each row's first forward + backward and forward-only calls, for inductor's cache."
     save(lines)  # a file from the start: the first row's compilation can outlast the step
     T = cases.LENGTHS[0]
     B = max(1, cases.TOKENS_PER_BATCH // T)
@@ -114,6 +130,8 @@ def table(kind: str, budget_s: float, peak: float, save) -> list[str]:
                 made, why = factory(*fargs)
                 if made is None:
                     lines.append(row + f" {why} | | | | |")
+                elif warm_only:
+                    lines.append(row + f" compiled in {warm(*made[:2]):.1f} s (warm-up, not timed) | | | | |")
                 else:
                     step, forward, leaves = made
                     fwd = cases.bench_ms(forward, rep_ms=100)
@@ -144,7 +162,10 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=40.0, help="seconds; rows past it are listed as skipped")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--smoke", action="store_true", help="CPU, Triton interpreter, tiny shapes")
+    ap.add_argument("--warm", action="store_true", help="with --rows compiled: compile every row, time none")
     args = ap.parse_args()
+    if args.warm and args.rows != "compiled":
+        ap.error("--warm: only the compiled rows have compiles to warm (--rows compiled)")
     if args.smoke:
         global COMPILE_WITH
         cases.smoke_setup()
@@ -165,8 +186,8 @@ def main() -> int:
         tmp.replace(args.out)
 
     start = time.time()
-    peak = cases.matmul_tflops()
-    lines = table(args.rows, args.budget - (time.time() - start), peak, save)
+    peak = float("nan") if args.warm else cases.matmul_tflops()  # the warm-up shares the GPU: it measures nothing
+    lines = table(args.rows, args.budget - (time.time() - start), peak, save, warm_only=args.warm)
     lines += ["", f"Wall time: {time.time() - start:.0f} s (budget {args.budget:.0f} s)."]
     save(lines, done=True)
     return 0
