@@ -93,3 +93,31 @@ def test_tight_setting_fills_every_query_slot_and_subset_keeps_format():
     sub = data.subset(slice(0, 3))
     assert len(sub) == 3 and sub.seq_len == 32 and sub.num_answers == 24
     assert data.params["num_queries"] == 8 and cfg.label == "len=32/pairs=8"
+
+
+def test_key_distances_and_the_queries_beyond_the_trained_span():
+    """Each query's distance back to its key, checked by a plain loop; `beyond` keeps exactly the far queries and
+    nothing else of the example; the longest span a setting can draw is reached and never exceeded."""
+    from atlas_data.synthetic.mqar import beyond, key_distances, longest_key_distance
+
+    cfg = MQARConfig(vocab_size=64, seq_len=33, num_kv_pairs=4, power_a=1.0)
+    data = generate_mqar(cfg, 300, seed=5)
+    dist = key_distances(data, 4)
+    for x, y, d in zip(data.inputs, data.targets, dist):
+        for t in range(cfg.seq_len):
+            if y[t] == IGNORE_INDEX:
+                assert d[t] == -1
+            else:
+                (j,) = [i for i in range(4) if x[2 * i] == x[t]]
+                assert d[t] == t - 2 * j and x[2 * j + 1] == y[t]
+    longest = longest_key_distance(cfg)
+    assert dist.max() == longest == 30  # first key (0) queried in the last slot: 2P + 2 * (12 - 1)
+    far = beyond(data, 4, 20)
+    assert np.array_equal(far.inputs, data.inputs)
+    kept = far.targets != IGNORE_INDEX
+    assert np.array_equal(kept, dist > 20) and np.array_equal(far.targets[kept], data.targets[kept])
+    assert 0 < kept.sum() < (data.targets != IGNORE_INDEX).sum() and far.params["scored_beyond_distance"] == 20
+    bad = generate_mqar(cfg, 1, seed=0)
+    bad.inputs[0, 0 : 2 * 4 : 2] = 63  # no key left that the queries name
+    with pytest.raises(ConfigError, match="a query whose key is not in the example's context"):
+        key_distances(bad, 4)

@@ -268,8 +268,12 @@ def test_mqar_test_only_settings_are_scored_but_never_trained_or_averaged(tmp_pa
     assert 0.0 <= extra.metrics[f"acc/{key}/len=64/pairs=2"] <= 1.0
     assert f"acc/{key}/len=64/pairs=2" not in plain.metrics
     assert extra.metrics[f"memory_size/{key}/len=64"] > 0
+    # descriptive: the test-only set scored again at its queries beyond any key distance of training (14 at T 16)
+    assert 0 < extra.metrics[f"answers_far/{key}/len=64/pairs=2"] < 8 * 2
+    assert 0.0 <= extra.metrics[f"acc_far/{key}/len=64/pairs=2"] <= 1.0 and not any("_far/" in k for k in plain.metrics)
     (row,) = extra.details["table"]
     assert row["test_only"] == ["len=64/pairs=2"] and set(row["per_setting"]) == {"len=16/pairs=2", "len=64/pairs=2"}
+    assert row["trained_span"] == 14
     with pytest.raises(ValueError, match=r"--test-settings \[\(16, 2\)\] are trained settings"):
         MQARProtocol(**base, test_settings=((16, 2),))
 

@@ -21,7 +21,7 @@ query count as an extra knob; with Q = P it draws the same distribution.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -130,3 +130,31 @@ def copy_from_context_accuracy(data: TokenDataset, num_kv_pairs: int) -> float:
         raise ConfigError("mqar: no query positions to score")
     hits = context[rows] == data.targets[rows, cols][:, None]
     return float(hits.mean(axis=1).mean())
+
+
+def longest_key_distance(cfg: MQARConfig) -> int:
+    """The longest span from a key to its query that `cfg` can draw: the first key (position 0) queried in the last
+    query slot."""
+    return 2 * cfg.num_kv_pairs + 2 * ((cfg.seq_len - 2 * cfg.num_kv_pairs) // 2 - 1)
+
+
+def key_distances(data: TokenDataset, num_kv_pairs: int) -> np.ndarray:
+    """[N, T] int64: at every query position, how many tokens back its key stands in the context (position minus
+    the key's position); -1 elsewhere. Keys are distinct, so each query names one context key."""
+    keys = data.inputs[:, 0 : 2 * num_kv_pairs : 2]  # [N, P], key j at position 2j
+    out = np.full(data.targets.shape, -1, dtype=np.int64)
+    rows, cols = np.nonzero(data.targets != IGNORE_INDEX)
+    match = keys[rows] == data.inputs[rows, cols][:, None]  # [Q, P]
+    if not match.any(axis=1).all():
+        raise ConfigError("mqar: a query whose key is not in the example's context")
+    out[rows, cols] = cols - 2 * match.argmax(axis=1)
+    return out
+
+
+def beyond(data: TokenDataset, num_kv_pairs: int, distance: int) -> TokenDataset:
+    """`data` scored only at the queries whose key stands more than `distance` tokens back (the rest unscored):
+    with `distance` the longest key-to-query span of the training settings (T - 2 of the longest), the queries
+    farther from their key than any the model was trained on."""
+    far = key_distances(data, num_kv_pairs) > distance
+    targets = np.where(far, data.targets, IGNORE_INDEX)
+    return replace(data, targets=targets, params={**data.params, "scored_beyond_distance": distance})
