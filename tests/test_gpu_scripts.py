@@ -86,6 +86,8 @@ def test_an_arm_runs_its_pending_seeds_in_sequence_and_a_failed_seed_does_not_st
 ):
     from atlas_experiments.cli import main
     from atlas_experiments.study import execute
+    from atlas_experiments.study.claims import load_claims
+    from atlas_experiments.study.plan import plan_jobs
     from atlas_experiments.study.results import finalize, partial_path
 
     ran = []
@@ -107,6 +109,20 @@ def test_an_arm_runs_its_pending_seeds_in_sequence_and_a_failed_seed_does_not_st
     assert sorted(p.name for p in (root / "lm_tiny" / "tpp").glob("*.json")) == [f"seed{s}.json" for s in (1, 3, 4, 5)]
     ran.clear()
     assert main([*args, "--arm", "lm_tiny/tpp"]) == 1 and ran == [2]  # only the missing seed runs again
+    # a seed another process finishes while the arm runs is not run again
+    for seed in (1, 3, 4, 5):
+        (root / "lm_tiny" / "tpp" / f"seed{seed}.json").unlink()
+
+    def other_worker_finishes_seed_4(job, root, **kwargs):
+        if job.seed == 3:
+            four = next(j for j in plan_jobs(load_claims(claims), ["gpu"]) if j.name == "lm_tiny/tpp/seed4")
+            fake_run_job(four, root)
+        return fake_run_job(job, root, **kwargs)
+
+    monkeypatch.setattr(execute, "run_job", other_worker_finishes_seed_4)
+    ran.clear()
+    assert main([*args, "--arm", "lm_tiny/tpp"]) == 1 and ran == [1, 2, 4, 3, 5]  # seed 2 still fails
+    assert "study job lm_tiny/tpp/seed4: finished by another process meanwhile, skipped" in capsys.readouterr().out
     assert main([*args, "--arm", "lm_tiny/nope"]) == 2
     assert "not a (protocol, arm) of the plan (known: lm_tiny/la, lm_tiny/tpp)" in capsys.readouterr().err
     assert main([*args, "--job", "lm_tiny/tpp/seed1", "--per-arm"]) == 2

@@ -213,7 +213,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _run_arm(jobs, args: argparse.Namespace) -> int:
     """Every seed of one (protocol, arm) that has no result, in plan order; each result is final as soon as its seed
-    ends, and a seed that raises is reported and the next one runs."""
+    ends, and a seed that raises is reported and the next one runs. Each seed is looked up again just before it
+    starts: one that another process finished meanwhile (a second worker given that job) is skipped, not rerun."""
     import sys
     import traceback
 
@@ -230,6 +231,10 @@ def _run_arm(jobs, args: argparse.Namespace) -> int:
           flush=True)  # fmt: skip
     failed = 0
     for job in todo:
+        still, _ = pending_jobs([job], args.root)
+        if not still:
+            print(f"study job {job.name}: finished by another process meanwhile, skipped", flush=True)
+            continue
         try:
             _run_one(job, args)
         except Exception:  # the next seed runs all the same; the runner counts the missing result
