@@ -165,7 +165,9 @@ def mqar_protocol(args: Mapping[str, Any]):
 
 
 def _settings(text: Any) -> tuple[tuple[int, int], ...]:
-    return tuple(tuple(int(v) for v in s.split("x")) for s in str(text).split(","))
+    from atlas_experiments.evaluation.synthetic_train import parse_pairs
+
+    return parse_pairs(str(text), "mqar protocol settings", "TxP items like 64x4")
 
 
 def mqar_labels(args: Mapping[str, Any]) -> tuple[list[str], list[str]]:
