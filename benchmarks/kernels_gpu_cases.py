@@ -60,6 +60,9 @@ ATLAS_TWIN = "atlas gd twin"
 ATLAS_CONFIGS = {
     ATLAS_TWIN: dataclasses.replace(_ATLAS, optimizer="gd"),
     "atlas muon, factored (float64 update)": _ATLAS,
+    # both weights' Gram matrices and polynomials in one stacked set of products (docs/muon.md, "One batch for all
+    # the weights"): fewer, larger launches, to measure against the row above
+    "atlas muon, factored, weights stacked": dataclasses.replace(_ATLAS, muon_batch="padded"),
     "atlas muon, factored (float32 update)": dataclasses.replace(_ATLAS, muon_float64=False),
     "atlas approx. muon (one polynomial per chunk)": dataclasses.replace(_ATLAS, muon_polynomial="chunk"),
     "atlas muon, materialised": dataclasses.replace(_ATLAS, ns_form="materialise"),

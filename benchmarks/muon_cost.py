@@ -1,5 +1,6 @@
-"""Exact multiply-add and memory counts of one Atlas memory head, per token: Muon materialised vs factored, the
-approximate Muon with one Newton-Schulz polynomial per chunk, and the GD twin.
+"""Exact multiply-add and memory counts of one Atlas memory head, per token: Muon materialised vs factored (per weight,
+and with the weights' Gram-space products stacked, `muon_batch="padded"`), the approximate Muon with one
+Newton-Schulz polynomial per chunk, and the GD twin.
 
 Counts, not timings: the torch chunk op runs on the `meta` device (shapes only, no data) under
 `torch.utils.flop_counter.FlopCounterMode`, which counts every matmul / bmm / einsum of the forward and of
@@ -35,6 +36,7 @@ SHAPES = {  # name -> (d, expansion, window, chunk)
 FORMS = {
     "Muon, materialised": dict(optimizer="muon", ns_form="materialise"),
     "Muon, factored (lowrank)": dict(optimizer="muon", ns_form="lowrank"),
+    "Muon, factored, weights stacked (padded)": dict(optimizer="muon", ns_form="lowrank", muon_batch="padded"),
     "approx.: one polynomial per chunk": dict(optimizer="muon", muon_polynomial="chunk"),
     "GD twin": dict(optimizer="gd"),
 }

@@ -81,8 +81,12 @@ class OpCounter(TorchDispatchMode):
 KINDS = ("ops", "kernels", "GEMM", "pointwise", "syncs")
 
 
-def preset_memories(size: str = "340M") -> dict[str, tuple[list[str], MemoryConfig, int, int]]:
-    """{label: (presets, MemoryConfig, memory heads, head dim)} of every distinct memory of the model presets."""
+Memories = dict[str, tuple[list[str], MemoryConfig, int, int]]
+
+
+def preset_memories(size: str = "340M", muon_batch: str = "per_weight") -> Memories:
+    """{label: (presets, MemoryConfig, memory heads, head dim)} of every distinct memory of the model presets, the
+    Muon memories with `muon_batch`."""
     from atlas_model import PRESETS, AtlasConfig
     from atlas_model.presets import PRESET_TABLE
 
@@ -96,6 +100,8 @@ def preset_memories(size: str = "340M") -> dict[str, tuple[list[str], MemoryConf
             cfg = dataclasses.replace(cfg, ns_eval="matmul")
         if cfg.ns_form == "auto":  # what "auto" resolves to at the paper sizes, on any device (module docstring)
             cfg = dataclasses.replace(cfg, ns_form="lowrank")
+        if cfg.optimizer == "muon":
+            cfg = dataclasses.replace(cfg, muon_batch=muon_batch)
         out.setdefault(cfg, ([], config.memory_heads, config.memory_head_dim))[0].append(name)
     return {label(cfg): (names, cfg, H, d) for cfg, (names, H, d) in out.items()}
 
@@ -106,6 +112,8 @@ def label(cfg: MemoryConfig) -> str:
         parts.append("exact delta")
     if cfg.decay_first:
         parts.append("decay first")
+    if cfg.muon_batch != "per_weight":
+        parts.append(cfg.muon_batch)
     return " ".join(parts)
 
 
@@ -191,16 +199,23 @@ def compiled_kernels(cfg: MemoryConfig, H: int, d: int, chunks: int = 3) -> dict
                 os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
 
 
-def compiled_table(results, compiled: dict[str, dict[str, int]]) -> str:
-    lines = [
-        "| memory | presets | eager fwd kernels | compiled fwd | eager bwd kernels | compiled bwd | fewer (fwd+bwd) |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
+def compiled_table(results, compiled: dict[str, dict[str, int]], baseline: dict[str, dict] | None = None) -> str:
+    """`baseline` ({label: per_chunk counts} of the same memories with muon_batch="per_weight"): one more column,
+    the compiled kernels against that eager baseline."""
+    head = "| memory | presets | eager fwd kernels | compiled fwd | eager bwd kernels | compiled bwd | fewer (fwd+bwd) "
+    head += "|"
+    lines = [head + (" fewer than eager per-weight |" if baseline else ""), "|---|---|---:|---:|---:|---:|---:|"]
+    if baseline:
+        lines[1] += "---:|"
     for lab, c in compiled.items():
         names, _, r = results[lab]
         f, b = r["fwd"]["kernels"], r["bwd"]["kernels"]
         ratio = (f + b) / (c["fwd"] + c["bwd"])
-        lines.append(f"| {lab} | {', '.join(names)} | {_n(f)} | {c['fwd']} | {_n(b)} | {c['bwd']} | {ratio:.1f}x |")
+        row = f"| {lab} | {', '.join(names)} | {_n(f)} | {c['fwd']} | {_n(b)} | {c['bwd']} | {ratio:.1f}x |"
+        if baseline:
+            base = baseline[lab]["fwd"]["kernels"] + baseline[lab]["bwd"]["kernels"]
+            row += f" {base / (c['fwd'] + c['bwd']):.1f}x ({_n(base)}) |"
+        lines.append(row)
     return "\n".join(lines)
 
 
@@ -265,10 +280,17 @@ def main(argv=None) -> None:
         help="labels (substrings) of the memories whose chunk is also compiled (inductor, CPU) and counted at a small "
         "shape (2 heads of dim 8, the size's b and c): generated kernels per chunk beside the eager kernels there",
     )
+    p.add_argument(
+        "--muon-batch",
+        choices=("per_weight", "padded"),
+        default="per_weight",
+        help="MemoryConfig.muon_batch of the Muon memories (default per_weight, the presets'); with --compiled and "
+        "padded, the compiled table also compares with the per-weight eager kernels",
+    )
     args = p.parse_args(argv)
     torch.manual_seed(0)
     results = {}
-    for lab, (names, cfg, H, d) in preset_memories(args.size).items():
+    for lab, (names, cfg, H, d) in preset_memories(args.size, args.muon_batch).items():
         if args.only and not any(s in lab for s in args.only):
             continue
         results[lab] = (names, cfg, per_chunk(cfg, H, d))
@@ -276,15 +298,21 @@ def main(argv=None) -> None:
     body = table(results) + "\n\nThe most frequent kernels per chunk:\n\n" + top_ops(results) if results else ""
     if args.compiled:
         small = {}
-        for lab, (names, cfg, _, _) in preset_memories(args.size).items():
+        for lab, (names, cfg, _, _) in preset_memories(args.size, args.muon_batch).items():
             if any(s in lab for s in args.compiled):
                 small[lab] = (names, cfg, per_chunk(cfg, 2, 8))
         compiled = {lab: compiled_kernels(cfg, 2, 8) for lab, (_, cfg, _) in small.items()}
+        baseline = None
+        if args.muon_batch != "per_weight":
+            baseline = {
+                lab: per_chunk(dataclasses.replace(cfg, muon_batch="per_weight"), 2, 8)
+                for lab, (_, cfg, _) in small.items()
+            }
         body += (
             ("\n\n" if body else "")
             + "Compiled (`memory_chunk_torch(compiled=True)`, inductor on this CPU) against eager, both at 2 heads "
             "of dim 8 (kernels: fused + extern GEMM + aten fallback calls in the generated code of one chunk):\n\n"
-            + compiled_table(small, compiled)
+            + compiled_table(small, compiled, baseline)
         )
     print(body)
     if args.out:

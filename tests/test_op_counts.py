@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -40,3 +41,17 @@ def test_preset_memories_cover_every_memory_preset_once():
     assert len(names) == len(set(names))
     assert {"atlas", "atlas_pp", "omeganet", "titans_lmm", "linear_attention", "deltanet"} <= set(names)
     assert all("auto" not in (cfg.ns_eval, cfg.ns_form) for _, cfg, _, _ in memories.values())
+
+
+def test_padded_muon_batch_cuts_the_gemms_per_chunk():
+    """muon_batch="padded" labels the Muon memories and leaves the others as they are; one stacked set of Gram and
+    polynomial products per chunk replaces one per weight."""
+    per_weight, padded = preset_memories("tiny"), preset_memories("tiny", "padded")
+    muon = {lab: cfg for lab, (_, cfg, _, _) in padded.items() if cfg.optimizer == "muon"}
+    assert muon and all(lab.endswith(" padded") and cfg.muon_batch == "padded" for lab, cfg in muon.items())
+    assert set(padded) - set(muon) == {lab for lab, (_, c, _, _) in per_weight.items() if c.optimizer != "muon"}
+    cfg = muon["mlp muon poly l2 c=8 padded"] if "mlp muon poly l2 c=8 padded" in muon else next(iter(muon.values()))
+    stacked = per_chunk(cfg, 1, 4)
+    each = per_chunk(dataclasses.replace(cfg, muon_batch="per_weight"), 1, 4)
+    for part in ("fwd", "bwd"):
+        assert stacked[part]["GEMM"] < each[part]["GEMM"], (part, stacked[part], each[part])

@@ -288,3 +288,14 @@ def test_mqar_command_takes_test_settings(tmp_path, capsys):
     assert data["protocol"]["test_settings"] == [[64, 2]] and "acc/deltanet/d=16/len=64/pairs=2" in data["metrics"]
     assert main([*argv[:6], "--test-settings", "64", *argv[8:]]) != 0
     assert "--test-settings: expected TxP items like 64x4, got '64'" in capsys.readouterr().err
+
+
+def test_mqar_report_marks_test_only_settings():
+    from atlas_experiments.evaluation.tasks.mqar import mqar_section
+
+    metrics = {"acc/atlas/d_64": 0.9, "acc/atlas/d_64/len_64/pairs_8": 0.9, "acc/atlas/d_64/len_256/pairs_8": 0.4}
+    tracked = {"atlas": {"mqar": {"metrics": metrics, "params": {"protocol.test_settings": "[[256, 8]]"}}}}
+    section = mqar_section(tracked)
+    assert "| T64 P8 | T256 P8 (test only) | mean |" in section and "never trained on" in section
+    plain = mqar_section({"atlas": {"mqar": {"metrics": metrics, "params": {}}}})
+    assert "| T64 P8 | T256 P8 | mean |" in plain and "test only" not in plain

@@ -25,6 +25,16 @@ CONFIGS = [
     MemoryConfig(memory="mlp", optimizer="gd", feature_map="poly", window=3, chunk_size=2),
     # Atlas++'s memory: the factored Muon path, its Gram matrices under their own checkpoint (checkpoint=True)
     MemoryConfig(memory="gated_mlp", optimizer="muon", feature_map="poly", window=2, chunk_size=2, ns_form="lowrank"),
+    # the same with every weight's Gram matrices and polynomials stacked (muon_batch "padded", a GPU option)
+    MemoryConfig(
+        memory="gated_mlp",
+        optimizer="muon",
+        feature_map="poly",
+        window=2,
+        chunk_size=2,
+        ns_form="lowrank",
+        muon_batch="padded",
+    ),  # fmt: skip
     # Atlas's memory at the CPU study shapes: per-token Muon (ns_form "auto" takes the Gram form there)
     MemoryConfig(memory="mlp", optimizer="muon", feature_map="poly", window=2, chunk_size=2, ns_form="auto"),
     # Titans' memory (momentum) and the exact delta rule (WY form)

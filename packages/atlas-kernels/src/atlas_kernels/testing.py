@@ -105,7 +105,8 @@ def valid_configs(**fixed) -> Iterator[MemoryConfig]:
 
 
 def config_id(cfg: MemoryConfig) -> str:
-    return f"{cfg.memory}-{cfg.optimizer}-{cfg.feature_map}-{cfg.bias}-c{cfg.window}-b{cfg.chunk_size}"
+    batch = "-padded" if cfg.muon_batch == "padded" else ""
+    return f"{cfg.memory}-{cfg.optimizer}-{cfg.feature_map}-{cfg.bias}-c{cfg.window}-b{cfg.chunk_size}{batch}"
 
 
 def rel_err(ref: torch.Tensor, out: torch.Tensor) -> float:

@@ -6,6 +6,7 @@ table and grouped bars."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 
 from atlas_experiments.evaluation.tasks.spec import PER_PRESET, EvalTask, ReportContext, RunsByModel
@@ -117,11 +118,15 @@ MQAR_MEMORY_KEY = re.compile(r"memory_size/([^/]+)/d_(\d+)/len_(\d+)")
 def mqar_rows(by_model: dict[str, dict[str, dict]]) -> dict[str, dict[str, float]]:
     """'<model> d=<width>' -> {'T<len> P<pairs>': acc, 'mean': acc, 'untrained': acc, 'memory': floats} from
     `acc/<m>/d_<w>[/len_<T>/pairs_<P>]` and `memory_size/<m>/d_<w>/len_<T>` (the memory at the longest T; one row
-    per model width; the paper plots accuracy against memory size)."""
+    per model width; the paper plots accuracy against memory size). A setting the run's protocol lists under
+    `test_settings` (scored, never trained on; the tracked param `protocol.test_settings`) is the column
+    'T<len> P<pairs> (test only)'."""
     rows: dict[str, dict[str, float]] = {}
     longest: dict[str, int] = {}
     for runs in by_model.values():
-        for k, v in runs.get("mqar", {}).get("metrics", {}).items():
+        run = runs.get("mqar", {})
+        test_only = {tuple(s) for s in json.loads(run.get("params", {}).get("protocol.test_settings", "[]"))}
+        for k, v in run.get("metrics", {}).items():
             mem = MQAR_MEMORY_KEY.fullmatch(k)
             if mem:
                 name, t = f"{mem.group(1)} d={mem.group(2)}", int(mem.group(3))
@@ -137,7 +142,8 @@ def mqar_rows(by_model: dict[str, dict[str, dict]]) -> dict[str, dict[str, float
             if length is None:
                 row["mean" if kind == "acc" else "untrained"] = v
             elif kind == "acc":
-                row[f"T{length} P{pairs}"] = v
+                marked = " (test only)" if (int(length), int(pairs)) in test_only else ""
+                row[f"T{length} P{pairs}{marked}"] = v
     return rows
 
 
@@ -156,7 +162,13 @@ def mqar_section(by_model: dict[str, dict[str, dict]]) -> str:
         for name, r in sorted(rows.items())
     ]
     header, body = drop_empty(header, body)
-    return "\n## MQAR (Fig. 7 layout, accuracy per setting T x kv pairs P)\n\n" + table(header, body)
+    out = "\n## MQAR (Fig. 7 layout, accuracy per setting T x kv pairs P)\n\n" + table(header, body)
+    if any(c.endswith("(test only)") for c in cols):
+        out += (
+            "\n\nSettings marked (test only) were scored on held-out sequences and never trained on; the mean is "
+            "over the trained settings.\n"
+        )
+    return out
 
 
 def report(by_model: RunsByModel, ctx: ReportContext) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.coefficients import decayed
@@ -93,14 +94,58 @@ class _Orthogonalised:
         return total.mT if self.tall else total
 
 
+def _oriented(S0, signal, z):
+    """(s0, left, right, tall): the factors of S_m in the wide orientation (a tall W is transposed)."""
+    tall = S0.shape[-2] > S0.shape[-1]
+    return (S0.mT, z, signal, tall) if tall else (S0, signal, z, tall)
+
+
 def _orthogonalise(S0, signal, z, coef, th, cfg: MemoryConfig, recompute: bool) -> _Orthogonalised:
     """Scale and Newton-Schulz polynomial of every S_m = Th_m S0 + sum_w coef[m, w] signal_w z_w^T.
 
     S0 [B, H, o, i], signal [B, H, N, o], z [B, H, N, i], coef [B, H, L, N], th [B, H, L]. `recompute`: the
     normalised Gram matrices under a checkpoint, rebuilt from these inputs in the backward.
     """
-    tall = S0.shape[-2] > S0.shape[-1]
-    s0, left, right = (S0.mT, z, signal) if tall else (S0, signal, z)
+    s0, left, right, tall = _oriented(S0, signal, z)
+    poly, scale = _polynomials(s0, left, right, coef, th, cfg, recompute)
+    return _Orthogonalised(poly, scale, s0, left, right, coef, th, tall)
+
+
+def _orthogonalise_padded(momenta: dict, coef, th, cfg: MemoryConfig, recompute: bool) -> dict[str, _Orthogonalised]:
+    """`_orthogonalise` of every weight ({name: (S0, signal, z)}) in one stacked set of operations.
+
+    Each weight's wide factors are zero-padded to the largest r and n and stacked in front. Zero columns of s0 and
+    right add nothing to any inner product; zero rows of s0 and columns of left give the Gram matrix zero rows and
+    columns, so the norm is unchanged and each Newton-Schulz step a I + b A + c A^2 stays block-diagonal: the
+    weight's own r x r block is its polynomial exactly (docs/muon.md, "One batch for all the weights").
+    """
+    oriented = {name: _oriented(*m) for name, m in momenta.items()}
+    r = max(o[0].shape[-2] for o in oriented.values())
+    n = max(o[0].shape[-1] for o in oriented.values())
+
+    def pad(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+        return F.pad(t, (0, cols - t.shape[-1], 0, rows - t.shape[-2]))
+
+    s0 = torch.stack([pad(o[0], r, n) for o in oriented.values()])  # [W, B, H, r, n]
+    left = torch.stack([pad(o[1], o[1].shape[-2], r) for o in oriented.values()])  # [W, B, H, N, r]
+    right = torch.stack([pad(o[2], o[2].shape[-2], n) for o in oriented.values()])  # [W, B, H, N, n]
+    poly, scale = _polynomials(s0, left, right, coef, th, cfg, recompute)
+    out = {}
+    for i, (name, (w_s0, w_left, w_right, tall)) in enumerate(oriented.items()):
+        rows = w_s0.shape[-2]
+        out[name] = _Orthogonalised(poly[i, ..., :rows, :rows], scale[i], w_s0, w_left, w_right, coef, th, tall)
+    return out
+
+
+def orthogonalise_all(momenta: dict, coef, th, cfg: MemoryConfig, recompute: bool) -> dict[str, _Orthogonalised]:
+    """{name: _Orthogonalised} for {name: (S0, signal, z)}, per weight or stacked (MemoryConfig.muon_batch)."""
+    if cfg.muon_batch == "padded" and len(momenta) > 1:
+        return _orthogonalise_padded(momenta, coef, th, cfg, recompute)
+    return {name: _orthogonalise(*m, coef, th, cfg, recompute) for name, m in momenta.items()}
+
+
+def _polynomials(s0, left, right, coef, th, cfg: MemoryConfig, recompute: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P_m [..., L, r, r], scale_m [..., L]) of the wide factors (any leading dims before B, H)."""
     factors = (s0, left, right, coef, th)
     if recompute and torch.is_grad_enabled() and any(t.requires_grad for t in factors):
         # Same ops on the same inputs in the backward, in the same graph order: the gradients are those of the
@@ -112,17 +157,17 @@ def _orthogonalise(S0, signal, z, coef, th, cfg: MemoryConfig, recompute: bool) 
         gram, scale = _normalised_gram(*factors, cfg.ns_eps)
     cpu64 = gram.device.type == "cpu" and gram.dtype == torch.float64
     evaluate = ns_polynomial_spectral if cfg.ns_eval == "eigh" or (cfg.ns_eval == "auto" and cpu64) else ns_polynomial
-    poly = evaluate(gram, cfg.ns_steps, cfg.ns_coeffs)
-    return _Orthogonalised(poly, scale, s0, left, right, coef, th, tall)
+    return evaluate(gram, cfg.ns_steps, cfg.ns_coeffs), scale
 
 
 def _normalised_gram(s0, left, right, coef, th, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Y_m Y_m^T [B, H, L, r, r], scale_m [B, H, L]) of every S'_m = Th_m s0 + left^T diag(coef_m) right."""
-    lowrank = coef.unsqueeze(-1) * left.unsqueeze(2)  # [B, H, m, w, r]: columns of the low-rank term
-    cross = lowrank.mT @ (right @ s0.mT).unsqueeze(2)  # sum_w c e'_w (S0' z'_w)^T [B, H, m, r, r]
-    inner = (right @ right.mT).unsqueeze(2)  # z'_w . z'_v [B, H, 1, N, N]
+    """(Y_m Y_m^T [..., B, H, L, r, r], scale_m [..., B, H, L]) of every S'_m = Th_m s0 + left^T diag(coef_m) right;
+    s0, left and right may carry leading dims (the stacked weights of `_orthogonalise_padded`)."""
+    lowrank = coef.unsqueeze(-1) * left.unsqueeze(-3)  # [B, H, m, w, r]: columns of the low-rank term
+    cross = lowrank.mT @ (right @ s0.mT).unsqueeze(-3)  # sum_w c e'_w (S0' z'_w)^T [B, H, m, r, r]
+    inner = (right @ right.mT).unsqueeze(-3)  # z'_w . z'_v [B, H, 1, N, N]
     t = th[..., None, None]
-    gram = t * t * (s0 @ s0.mT).unsqueeze(2) + t * (cross + cross.mT) + lowrank.mT @ (inner @ lowrank)
+    gram = t * t * (s0 @ s0.mT).unsqueeze(-3) + t * (cross + cross.mT) + lowrank.mT @ (inner @ lowrank)
     # ||S_m||_F^2 = tr(S_m S_m^T); the clamp keeps the gradient finite at S_m = 0 (and rounding from going
     # negative), where the norm of a matrix that small is far below eps anyway.
     sq = torch.diagonal(gram, dim1=-2, dim2=-1).sum(-1).clamp(min=torch.finfo(gram.dtype).tiny)
@@ -139,11 +184,12 @@ def lowrank_muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg: MemoryCon
     dtype = coef.dtype
     acc = torch.float64 if cfg.muon_float64 else dtype  # docs/muon.md, "Precision of the factored path"
     th, coef_acc, decay_acc = d.Th.to(acc), coef.to(acc), decay_eta.to(acc)
-    build = _ChunkPolynomial.of if cfg.muon_polynomial == "chunk" else _orthogonalise
-    update = {
-        name: build(state.momentum[name].to(acc), s.to(acc), z.to(acc), coef_acc, th, cfg, low_memory)
-        for name, (s, z) in factors.items()
-    }
+    momenta = {name: (state.momentum[name].to(acc), s.to(acc), z.to(acc)) for name, (s, z) in factors.items()}
+    if cfg.muon_polynomial == "chunk":  # the polynomial of each chunk's first momentum
+        first = orthogonalise_all(momenta, coef_acc[..., :1, :], th[..., :1], cfg, low_memory)
+        update = {name: _ChunkPolynomial.of(first[name], *m, coef_acc, th, cfg) for name, m in momenta.items()}
+    else:
+        update = orthogonalise_all(momenta, coef_acc, th, cfg, low_memory)
 
     def layer(name: str, x: torch.Tensor) -> torch.Tensor:
         out = d.A.unsqueeze(-1) * (x @ state.weights[name].mT)
@@ -182,8 +228,8 @@ class _ChunkPolynomial:
     tall: bool
 
     @classmethod
-    def of(cls, S0, signal, z, coef, th, cfg: MemoryConfig, recompute: bool) -> _ChunkPolynomial:
-        first = _orthogonalise(S0, signal, z, coef[..., :1, :], th[..., :1], cfg, recompute)
+    def of(cls, first: _Orthogonalised, S0, signal, z, coef, th, cfg: MemoryConfig) -> _ChunkPolynomial:
+        """From the chunk's first momentum orthogonalised (`orthogonalise_all` on its coef[..., :1, :])."""
         # ||S_m||_F^2 = Th^2 ||S_0||^2 + 2 Th sum_w c_w e_w . S_0 z_w + sum_wv c_w c_v (e_w . e_v)(z_w . z_v)
         cross = (signal * (z @ S0.mT)).sum(-1)  # e_w . S_0 z_w [B, H, N]
         pair = (signal @ signal.mT) * (z @ z.mT)  # [B, H, N, N]
