@@ -25,7 +25,7 @@ CONFIGS = [
     MemoryConfig(memory="mlp", optimizer="gd", feature_map="poly", window=3, chunk_size=2),
     # Atlas++'s memory: the factored Muon path, its Gram matrices under their own checkpoint (checkpoint=True)
     MemoryConfig(memory="gated_mlp", optimizer="muon", feature_map="poly", window=2, chunk_size=2, ns_form="lowrank"),
-    # the same with every weight's Gram matrices and polynomials stacked (muon_batch "padded", a GPU option)
+    # the same with every weight's Gram matrices and polynomials stacked (muon_batch "padded")
     MemoryConfig(
         memory="gated_mlp",
         optimizer="muon",

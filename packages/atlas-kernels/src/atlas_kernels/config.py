@@ -136,7 +136,8 @@ class MemoryConfig:
             the same values every way (docs/muon.md, "One batch for all the weights"). "per_weight" (default): one
             set of r x r operations per weight. "padded": every weight's factors zero-padded to the largest
             weight's shape and stacked, one set of operations for all of them: 2-3x fewer GEMM launches for those
-            steps at the cost of the padding's flops (a GPU option, slower on a CPU); only on the factored path.
+            steps at the cost of the padding's flops (for small memory heads on a GPU; slower on a CPU and, by the
+            flop count, at the paper sizes); only on the factored path.
         feature_map: phi on keys and queries, "identity" | "poly" | "exp" (the phi* kernel, dual form).
         poly_degree: degree p of the polynomial map (symmetric monomials, dimension C(d + p, p)).
         exp_init_keys: number P of learned keys that span the initial first-layer weight of the exp memories,
