@@ -69,7 +69,9 @@ def test_the_paper_table_matches_the_paper_config():
     gpu = data["assumptions"]
     for row in rows.values():
         tokens = row["job"]["tokens"]
-        flops = row["per_token"]["gemm_flops"] + row["per_token"]["pointwise_ops"]
-        compute = tokens * flops / (gpu["mfu"] * gpu["peak_tflops"] * 1e12) / 3600
+        per_token = row["per_token"]
+        fp64 = per_token["gemm_flops_fp64"]
+        fast = per_token["gemm_flops"] + per_token["pointwise_ops"] - fp64
+        compute = tokens * (fast / gpu["peak_tflops"] + fp64 / gpu["fp64_tflops"]) / (gpu["mfu"] * 1e12) / 3600
         assert row["compute_hours"] == pytest.approx(compute, rel=1e-9)
         assert row["gpu_hours"] == pytest.approx(max(compute, row["bandwidth_hours"]), rel=1e-9)

@@ -85,7 +85,7 @@ rule cost_table:
     shell:
         "{params.atlas} cost --jobs {input.jobs} --out {params.counted} --markdown {output.markdown} "
         "--gpus {params.gpus} --mfu {params.cost[mfu]} --peak-tflops {params.cost[peak_tflops]} "
-        "--hbm-tbps {params.cost[hbm_tbps]} --margin {params.cost[margin]} > {log} 2>&1 && "
+        "--fp64-tflops {params.cost[fp64_tflops]} --hbm-tbps {params.cost[hbm_tbps]} --margin {params.cost[margin]} > {log} 2>&1 && "
         "cp {params.counted} {output.table}"
 
 

@@ -53,6 +53,29 @@ def test_atlas_costs_more_than_its_gd_twin():
     assert atlas.layer.flops > 3 * twin.layer.flops
 
 
+def test_float64_gemms_are_tallied_apart():
+    """Atlas's factored Muon path builds its polynomials in float64 (muon_float64, the default): those GEMM FLOPs
+    are counted apart, most of the layer's; in float32 (muon_float64=False) and without Muon there are none."""
+    muon = {"ns_form": "lowrank", "ns_eval": "matmul"}
+    atlas = count_step(AtlasConfig.from_preset("atlas", "tiny", memory=muon), 16).layer
+    f32 = count_step(AtlasConfig.from_preset("atlas", "tiny", memory={**muon, "muon_float64": False}), 16).layer
+    omega = count_step(AtlasConfig.from_preset("omeganet", "tiny"), 16).layer
+    assert 0.5 * atlas.gemm_flops < atlas.gemm_flops_fp64 < atlas.gemm_flops
+    assert f32.gemm_flops_fp64 == omega.gemm_flops_fp64 == 0
+    assert f32.gemm_flops == pytest.approx(atlas.gemm_flops, rel=1e-12)  # same products, other precision
+
+
+def test_float64_flops_are_projected_at_the_float64_peak():
+    from atlas_experiments.cost.count import Tally
+    from atlas_experiments.cost.projection import compute_seconds_per_token
+
+    gpu = GpuAssumptions(peak_tflops=100.0, fp64_tflops=10.0, mfu=0.5)
+    tally = Tally(gemm_flops=3e12, gemm_flops_fp64=1e12, pointwise_ops=1e12)
+    assert compute_seconds_per_token(tally, gpu) == pytest.approx((3e12 / 100e12 + 1e12 / 10e12) / 0.5)
+    with pytest.raises(ValueError, match="cost.fp64_tflops"):
+        GpuAssumptions(fp64_tflops=0.0)
+
+
 def _job(**kw) -> JobSpec:
     data = {"recipe": "paper-340M", "model": {"preset": "transformer_pp", "size": "340M"}, "data": {"seq_len": 64}}
     data.update(kw)
@@ -110,6 +133,15 @@ def test_table_reuses_matching_rows_and_refuses_foreign_files(tmp_path, monkeypa
     assert again[0].compute_hours == pytest.approx(2 * first[0].compute_hours)
     with pytest.raises(AssertionError, match="counted again"):
         cost_table.cost_jobs([JobSpec("c", "omeganet", "tiny", {}, 32, 10**9)], gpu, out, gpus=2, progress=False)
+
+    # a table of the format before float64 GEMMs were counted: refused by name, and counted again over
+    old = json.loads(out.read_text())
+    old["format"] = "atlas-cost-table/1"
+    out.write_text(json.dumps(old))
+    with pytest.raises(cost_table.OldCostTable, match="atlas-cost-table/1"):
+        read_table(out)
+    with pytest.raises(AssertionError, match="counted again"):
+        cost_table.cost_jobs(jobs, gpu, out, gpus=2, progress=False)
 
     foreign = tmp_path / "foreign.json"
     foreign.write_text(json.dumps({"jobs": []}))

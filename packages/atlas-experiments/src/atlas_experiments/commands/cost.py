@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", type=int, default=8, help="GPUs per job (wall hours and runtimes; default 8)")
     p.add_argument("--mfu", type=float, default=0.4, help="model FLOP utilisation assumed (default 0.4)")
     p.add_argument("--peak-tflops", type=float, default=675.0, help="bf16 matmul peak per GPU (default 675)")
+    p.add_argument(
+        "--fp64-tflops", type=float, default=67.0, help="float64 matmul peak per GPU (default 67, an H200's nominal)"
+    )
     p.add_argument("--hbm-tbps", type=float, default=4.8, help="memory bandwidth per GPU in TB/s (default 4.8)")
     p.add_argument("--margin", type=float, default=1.5, help="requested runtime = projection x margin (default 1.5)")
     p.set_defaults(handler=run)
@@ -35,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.gpus < 1:
         raise ValueError(f"--gpus: must be >= 1, got {args.gpus}")
-    assumptions = GpuAssumptions(args.peak_tflops, args.mfu, args.hbm_tbps, args.margin)
+    assumptions = GpuAssumptions(args.peak_tflops, args.mfu, args.hbm_tbps, args.margin, args.fp64_tflops)
     if args.config:
         jobs = [JobSpec.from_train_config(Path(args.config).stem, load_mapping(args.config))]
     else:

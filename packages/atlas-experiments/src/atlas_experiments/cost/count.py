@@ -3,7 +3,9 @@
 
 - GEMM FLOPs come from torch's own formulas (`torch.utils.flop_counter`: mm, bmm, addmm, convolution and the
   attention kernels), so they are exact for the code as written, including the chunk recomputation of Muon's
-  checkpointing and attention's full masked score matrix where the implementation computes it.
+  checkpointing and attention's full masked score matrix where the implementation computes it. Those of GEMMs on
+  float64 tensors are also tallied apart: the factored Muon path builds and applies its polynomials in float64 by
+  default (`MemoryConfig.muon_float64`), and a GPU runs those at a tenth of its bf16 rate.
 - Every other non-view call counts one operation per output element ("pointwise" in the tables; exp or a
   reduction costs more than one FLOP on a GPU's ALUs, but they are bandwidth-bound there anyway).
 - Bytes are what the calls read and write if nothing is fused: every non-view call's tensor inputs plus its
@@ -44,6 +46,7 @@ class Tally:
     """Counts of one part of a step (a layer, or everything outside the layers)."""
 
     gemm_flops: float = 0.0
+    gemm_flops_fp64: float = 0.0  # the part of gemm_flops on float64 tensors
     pointwise_ops: float = 0.0
     bytes_unfused: float = 0.0
     kernels: int = 0
@@ -110,7 +113,10 @@ class _Counter(TorchDispatchMode):
         part.kernels += 1
         part.bytes_unfused += sum(t.numel() * t.element_size() for t in tensors_in + tensors_out)
         if packet in flop_registry:
-            part.gemm_flops += flop_registry[packet](*args, **kwargs, out_val=out)
+            flops = flop_registry[packet](*args, **kwargs, out_val=out)
+            part.gemm_flops += flops
+            if any(t.dtype == torch.float64 for t in tensors_in):
+                part.gemm_flops_fp64 += flops
             part.gemm_kernels += 1
         else:
             part.pointwise_ops += sum(t.numel() for t in tensors_out)

@@ -1,11 +1,11 @@
 """From counted FLOPs and bytes to projected GPU time: one training job's GPU-hours and the Slurm runtime it
 requests (docs/costs.md).
 
-The projection is a roofline of the eager step: a job needs at least its FLOPs at the stated model FLOP
-utilisation (MFU) of the GPU's bf16 matmul peak, and, since eager PyTorch runs every call as its own kernel, at
-least its unfused bytes at the memory bandwidth; the larger of the two is the estimate. Launch overhead (the
-memory ops' small calls in sequence, benchmarks/op_counts.md) is not in it, so measured GPU rows, where they
-exist, are the better guide for the memory ops.
+The projection is a roofline of the eager step: a job needs at least its FLOPs at the stated model FLOP utilisation
+(MFU) of the GPU's bf16 matmul peak (its float64 GEMM FLOPs at the float64 peak), and, since eager PyTorch runs
+every call as its own kernel, at least its unfused bytes at the memory bandwidth; the larger of the two is the
+estimate. Launch overhead (the memory ops' small calls in sequence, benchmarks/op_counts.md) is not in it, so
+measured GPU rows, where they exist, are the better guide for the memory ops.
 """
 
 from __future__ import annotations
@@ -30,17 +30,19 @@ def runtime_minutes(gpu_hours: float, gpus: int, margin: float) -> int:
 class GpuAssumptions:
     """The machine a projection is for.
 
-    Defaults: an H200, whose measured dense bf16 matmul roof is 675 TFLOP/s (benchmarks/gpu/, 2026-11-30) and
-    nominal HBM bandwidth 4.8 TB/s; 40% MFU, a figure well-tuned dense Transformer training reaches and the
-    memory ops do not yet (0.1-0.3% of the roof measured); 1.5x margin on requested runtimes."""
+    Defaults: an H200, whose measured dense bf16 matmul roof is 675 TFLOP/s (benchmarks/gpu/, 2026-11-30),
+    nominal float64 tensor-core peak 67 TFLOP/s (the vendor's figure, not measured here) and nominal HBM bandwidth
+    4.8 TB/s; 40% MFU, a figure well-tuned dense Transformer training reaches and the memory ops do not yet
+    (0.1-0.3% of the roof measured); 1.5x margin on requested runtimes."""
 
     peak_tflops: float = 675.0
     mfu: float = 0.4
     hbm_tbps: float = 4.8
     margin: float = 1.5
+    fp64_tflops: float = 67.0
 
     def __post_init__(self) -> None:
-        for name in ("peak_tflops", "hbm_tbps"):
+        for name in ("peak_tflops", "hbm_tbps", "fp64_tflops"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"cost.{name}: must be > 0, got {getattr(self, name)!r}")
         if not 0 < self.mfu <= 1:
@@ -122,6 +124,12 @@ class JobCost:
         }
 
 
+def compute_seconds_per_token(per_token: Tally, assumptions: GpuAssumptions) -> float:
+    """GPU seconds of one token's FLOPs at the stated MFU: float64 GEMMs at the float64 peak, the rest at bf16's."""
+    fast = (per_token.flops - per_token.gemm_flops_fp64) / (assumptions.peak_tflops * 1e12)
+    return (fast + per_token.gemm_flops_fp64 / (assumptions.fp64_tflops * 1e12)) / assumptions.mfu
+
+
 def project(job: JobSpec, assumptions: GpuAssumptions, step: StepCount | None = None) -> JobCost:
     """Count `job`'s model (or use `step`, a count of it) and project its GPU-hours."""
     from atlas_experiments.train.config import ModelSpec
@@ -132,7 +140,7 @@ def project(job: JobSpec, assumptions: GpuAssumptions, step: StepCount | None = 
     layer = step.layer.scaled(1 / step.tokens)
     total = step.rest.scaled(1 / step.tokens)
     total.add(layer.scaled(layers))
-    compute_s = job.tokens * total.flops / (assumptions.mfu * assumptions.peak_tflops * 1e12)
+    compute_s = job.tokens * compute_seconds_per_token(total, assumptions)
     bandwidth_s = job.tokens * total.bytes_unfused / (assumptions.hbm_tbps * 1e12)
     return JobCost(
         job=job,

@@ -14,17 +14,29 @@ from atlas_experiments._io import write_json_atomic, write_text_atomic
 from atlas_experiments.cost.projection import GpuAssumptions, JobCost, JobSpec, project
 
 log = logging.getLogger(__name__)
-FORMAT = "atlas-cost-table/1"
+# /2: rows carry the float64 GEMM FLOPs (Tally.gemm_flops_fp64), which /1 did not count
+FORMAT = "atlas-cost-table/2"
+
+
+class OldCostTable(ValueError):
+    """A cost table of an earlier format: its counts lack what this version projects, so it is counted again."""
 
 
 def read_table(path: str | Path) -> dict[str, dict[str, Any]]:
-    """Rows by job name of a table written by `write_costs`; a foreign file is refused with its path."""
+    """Rows by job name of a table written by `write_costs`; a foreign file or an older format is refused with its
+    path."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not a cost table ({err})") from err
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("jobs"), list):
+    found = data.get("format") if isinstance(data, dict) else None
+    if isinstance(found, str) and found.startswith("atlas-cost-table/") and found != FORMAT:
+        raise OldCostTable(
+            f"{path}: a cost table of format {found!r}, this version writes {FORMAT!r}; count it again "
+            "(`snakemake cost_table`, or `atlas cost --jobs ... --out` over it)"
+        )
+    if found != FORMAT or not isinstance(data.get("jobs"), list):
         raise ValueError(f"{path}: not a cost table (expected format {FORMAT!r})")
     return {row["name"]: row for row in data["jobs"]}
 
@@ -39,7 +51,10 @@ def cost_jobs(
     jobs = list(jobs)
     previous = {}
     if Path(out).exists():
-        previous = {row["key"]: row for row in read_table(out).values()}
+        try:
+            previous = {row["key"]: row for row in read_table(out).values()}
+        except OldCostTable as err:
+            log.warning("%s: every job is counted again", err)
     done: list[JobCost] = []
     counted: dict[str, JobCost] = {}
     for job in tqdm(jobs, desc="cost", unit="job", disable=not progress):
@@ -87,13 +102,13 @@ def _si(x: float) -> str:
 def markdown(costs: list[JobCost], assumptions: GpuAssumptions, gpus: int) -> str:
     """One row per job: counts per token, the model's share in GEMMs, and the projected hours."""
     head = (
-        f"Projection: max(FLOPs at {assumptions.mfu:.0%} MFU of {assumptions.peak_tflops:g} TFLOP/s, unfused bytes "
-        f"at {assumptions.hbm_tbps:g} TB/s); wall time on {gpus} GPUs; runtime requested = wall x "
-        f"{assumptions.margin:g}.\n\n"
-        "| job | preset | size | T | tokens | FLOPs / token (model) | layer FLOPs / token | GEMM share (layer) "
+        f"Projection: max(FLOPs at {assumptions.mfu:.0%} MFU of {assumptions.peak_tflops:g} TFLOP/s (float64 GEMMs "
+        f"of {assumptions.fp64_tflops:g}), unfused bytes at {assumptions.hbm_tbps:g} TB/s); wall time on {gpus} GPUs; "
+        f'runtime requested = wall x {assumptions.margin:g}. "fp64": the layer\'s GEMM FLOPs on float64 tensors.\n\n'
+        "| job | preset | size | T | tokens | FLOPs / token (model) | layer FLOPs / token | GEMM share (layer) | fp64 "
         "| unfused bytes / token (layer) | kernels / token (layer) | GPU-hours | bound | wall hours "
         "| runtime before the cap (min) |\n"
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n"
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n"
     )
     rows = []
     for c in costs:
@@ -101,7 +116,8 @@ def markdown(costs: list[JobCost], assumptions: GpuAssumptions, gpus: int) -> st
         bound = "compute" if c.compute_hours >= c.bandwidth_hours else "bytes"
         rows.append(
             f"| {c.job.name} | {c.job.preset} | {c.job.size} | {c.job.seq_len} | {_si(c.job.tokens)} "
-            f"| {_si(c.per_token.flops)} | {_si(layer.flops)} | {layer.gemm_share:.1%} | {_si(layer.bytes_unfused)}B "
+            f"| {_si(c.per_token.flops)} | {_si(layer.flops)} | {layer.gemm_share:.1%} "
+            f"| {layer.gemm_flops_fp64 / layer.flops if layer.flops else 0:.1%} | {_si(layer.bytes_unfused)}B "
             f"| {layer.kernels:.3g} | {c.gpu_hours:,.0f} | {bound} | {c.wall_hours(gpus):,.1f} "
             f"| {c.runtime_minutes(gpus, assumptions):,} |"
         )
