@@ -202,11 +202,9 @@ def compiled_kernels(cfg: MemoryConfig, H: int, d: int, chunks: int = 3) -> dict
 def compiled_table(results, compiled: dict[str, dict[str, int]], baseline: dict[str, dict] | None = None) -> str:
     """`baseline` ({label: per_chunk counts} of the same memories with muon_batch="per_weight"): one more column,
     the compiled kernels against that eager baseline."""
-    head = "| memory | presets | eager fwd kernels | compiled fwd | eager bwd kernels | compiled bwd | fewer (fwd+bwd) "
-    head += "|"
-    lines = [head + (" fewer than eager per-weight |" if baseline else ""), "|---|---|---:|---:|---:|---:|---:|"]
-    if baseline:
-        lines[1] += "---:|"
+    cols = ["memory", "presets", "eager fwd kernels", "compiled fwd", "eager bwd kernels", "compiled bwd"]
+    cols += ["fewer (fwd+bwd)"] + (["fewer than eager per-weight"] if baseline else [])
+    lines = ["| " + " | ".join(cols) + " |", "|---|---|" + "---:|" * (len(cols) - 2)]
     for lab, c in compiled.items():
         names, _, r = results[lab]
         f, b = r["fwd"]["kernels"], r["bwd"]["kernels"]

@@ -289,6 +289,11 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
         raise MemoryConfigError(f"{name}: expected an int >= {minimum}, got {value!r}")
 
 
+def _may_run_factored_muon(c: MemoryConfig) -> bool:
+    """Whether the factored Muon path can run (`muon_lowrank.resolve_ns_form`; "auto" picks it by device and size)."""
+    return c.optimizer == "muon" and (c.ns_form in ("lowrank", "auto") or c.muon_polynomial == "chunk")
+
+
 # (predicate, message) pairs for combinations the op does not define.
 _INVALID = (
     (
@@ -296,18 +301,12 @@ _INVALID = (
         "muon_polynomial: only Muon has a Newton-Schulz polynomial; leave it 'token' for optimizer=gd / momentum",
     ),
     (
-        lambda c: (
-            c.ns_eval == "eigh"
-            and not (c.optimizer == "muon" and (c.ns_form in ("lowrank", "auto") or c.muon_polynomial == "chunk"))
-        ),
+        lambda c: c.ns_eval == "eigh" and not _may_run_factored_muon(c),
         "ns_eval: 'eigh' evaluates the Gram-space polynomial of the factored Muon path only (optimizer=muon with "
         "ns_form 'lowrank' or 'auto', or muon_polynomial='chunk'); use 'auto' or 'matmul' otherwise",
     ),
     (
-        lambda c: (
-            c.muon_batch != "per_weight"
-            and not (c.optimizer == "muon" and (c.ns_form in ("lowrank", "auto") or c.muon_polynomial == "chunk"))
-        ),
+        lambda c: c.muon_batch != "per_weight" and not _may_run_factored_muon(c),
         "muon_batch: 'padded' batches the weights of the factored Muon path only (optimizer=muon with ns_form "
         "'lowrank' or 'auto', or muon_polynomial='chunk'); leave it 'per_weight' otherwise",
     ),

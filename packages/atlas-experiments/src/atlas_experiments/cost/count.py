@@ -67,6 +67,10 @@ class Tally:
     def gemm_share(self) -> float:
         return self.gemm_flops / self.flops if self.flops else 0.0
 
+    @property
+    def fp64_share(self) -> float:
+        return self.gemm_flops_fp64 / self.flops if self.flops else 0.0
+
 
 class _Counter(TorchDispatchMode):
     def __init__(self, tracker: ModuleTracker) -> None:

@@ -117,7 +117,7 @@ def markdown(costs: list[JobCost], assumptions: GpuAssumptions, gpus: int) -> st
         rows.append(
             f"| {c.job.name} | {c.job.preset} | {c.job.size} | {c.job.seq_len} | {_si(c.job.tokens)} "
             f"| {_si(c.per_token.flops)} | {_si(layer.flops)} | {layer.gemm_share:.1%} "
-            f"| {layer.gemm_flops_fp64 / layer.flops if layer.flops else 0:.1%} | {_si(layer.bytes_unfused)}B "
+            f"| {layer.fp64_share:.1%} | {_si(layer.bytes_unfused)}B "
             f"| {layer.kernels:.3g} | {c.gpu_hours:,.0f} | {bound} | {c.wall_hours(gpus):,.1f} "
             f"| {c.runtime_minutes(gpus, assumptions):,} |"
         )
