@@ -85,6 +85,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--data", help="prepared corpus of the lm protocols (`atlas data prepare` output)")
     q.add_argument("--tracking-uri", help="MLflow URI (default $MLFLOW_TRACKING_URI or sqlite under --root)")
     q.add_argument("--no-track", action="store_true", help="write the results JSON only, no MLflow run")
+    q.add_argument(
+        "--no-share",
+        action="store_true",
+        help="train every job even where a finished job of another protocol computed the same run (by default its "
+        "result is shared: docs/study.md, Shared runs)",
+    )
     q.set_defaults(handler=run_command)
 
     q = inner.add_parser("report", help="judge every claim on the results that exist")
@@ -194,21 +200,20 @@ def run_command(args: argparse.Namespace) -> int:
                             ("--tracking-uri", args.tracking_uri)):  # fmt: skip
             if value:
                 child += [flag, value]
-        if args.no_track:
-            child.append("--no-track")
+        child += [flag for flag, on in (("--no-track", args.no_track), ("--no-share", args.no_share)) if on]
         if args.plan:  # the plan's dropped jobs are recorded here: no process starts only to write that
             from atlas_experiments.study.pending import pending_jobs
 
             accepted = set(json.loads(Path(args.plan).read_text())["accepted_jobs"])
             for job in pending_jobs([j for j in jobs if j.name not in accepted], args.root)[0]:
-                _run_one(job, args)
+                _run_one(job, args, jobs)
         return 1 if run_pending(jobs, args.root, child, args.workers, per_arm=args.per_arm) else 0
     if args.arm:
         return _run_arm(jobs, args)
     job = next((j for j in jobs if j.name == args.job), None)
     if job is None:
         raise ValueError(f"--job: {args.job!r} is not a job of the plan (see `atlas study plan`)")
-    return _run_one(job, args)
+    return _run_one(job, args, jobs)
 
 
 def _run_arm(jobs, args: argparse.Namespace) -> int:
@@ -236,7 +241,7 @@ def _run_arm(jobs, args: argparse.Namespace) -> int:
             print(f"study job {job.name}: finished by another process meanwhile, skipped", flush=True)
             continue
         try:
-            _run_one(job, args)
+            _run_one(job, args, jobs)
         except Exception:  # the next seed runs all the same; the runner counts the missing result
             failed += 1
             print(f"study job {job.name} failed:", file=sys.stderr)
@@ -245,21 +250,31 @@ def _run_arm(jobs, args: argparse.Namespace) -> int:
     return 1 if failed or refused else 0
 
 
-def _run_one(job, args: argparse.Namespace) -> int:
+def _run_one(job, args: argparse.Namespace, jobs) -> int:
     from atlas_experiments import tracking
     from atlas_experiments._io import write_json_atomic
     from atlas_experiments.evaluation.results import EvalResult, track_result
     from atlas_experiments.study.execute import run_job
+    from atlas_experiments.study.shared import find_twin, share
 
     if args.plan and job.name not in json.loads(Path(args.plan).read_text())["accepted_jobs"]:
         write_json_atomic(job.result(args.root), {"skipped": f"dropped by the pilot to fit its budget ({args.plan})"})
         print(f"study job {job.name}: dropped by the pilot")
         return 0
-    out = run_job(job, args.root, data_dir=args.data)
+    twin = None if args.no_share else find_twin(job, jobs, args.root)
+    if twin is not None:
+        out = share(job, twin, args.root)
+        print(f"study job {job.name}: the same run as the finished {twin.name}, its result shared", flush=True)
+    else:
+        out = run_job(job, args.root, data_dir=args.data)
     data = json.loads(out.read_text())
     data.pop("created", None)
+    provenance = data.pop("study", {})  # not a field of the tracked result: its run's tags
     tags = {"study.protocol": job.protocol.name, "study.arm": job.arm.name if job.arm else "all",
-            "study.seed": str(job.seed)}  # fmt: skip
+            "study.seed": str(job.seed), "study.config_hash": str(provenance.get("config_hash")),
+            "study.commit": str(provenance.get("commit"))}  # fmt: skip
+    if twin is not None:
+        tags["study.shared_from"] = provenance["shared"]["job"]
     if args.no_track:
         print(f"study job {job.name}: {out}")
         return 0

@@ -218,6 +218,21 @@ def memory_floats(choice: ModelChoice, protocol: MQARProtocol, width: int, devic
     return {c.seq_len: state_size(model, c.seq_len, c.vocab_size, device)["memory"] for c in scored}
 
 
+def trained_models(
+    models: Sequence[ModelChoice], protocol: MQARProtocol, device: torch.device | str = "cpu"
+) -> list[dict[str, Any]]:
+    """What `run_mqar` trains, resolved: per (model, width), the metrics' label and the model config after memory
+    sizing. `match_memory` acts only through these configs (and the descriptive `memory_match` row), so two runs
+    whose protocols differ in it alone, with equal resolved configs, seed and device, compute the same numbers."""
+    out = []
+    for choice in models:
+        for width in protocol.widths:
+            arm, _ = sized_arm(choice, protocol, width, device)
+            config = model_config(arm, **config_kwargs(protocol, width))
+            out.append({"name": choice.name, "width": width, "config": asdict(config)})
+    return out
+
+
 def mean_accuracy(scores: Sequence[dict[str, float]]) -> float:
     """A run's MQAR accuracy: the unweighted mean over the settings of their held-out accuracy."""
     return float(np.mean([s["acc"] for s in scores]))

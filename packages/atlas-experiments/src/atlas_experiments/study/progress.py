@@ -6,6 +6,10 @@ with no finished job has no estimate, and the row says how many jobs that leaves
 training seconds of every stretch it ran in (`details.runs[].train.seconds` of a synthetic job, which a resumed
 job accumulates) where the result has them, else its provenance `wall_s`. A result that is not the job's own is
 not counted (the report lists it).
+
+Shared runs (study/shared.py): a result written from a twin's run cost nothing, an unfinished job whose twin has
+finished costs nothing (it will share that run), and in the row of every job counted once, unfinished twins are
+priced once.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 from atlas_experiments.study.claims import Registry
 from atlas_experiments.study.plan import Job, claim_jobs, planned_claims
 from atlas_experiments.study.results import ResultError, load
+from atlas_experiments.study.shared import arm_fingerprint, shared_from
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,8 @@ class Progress:
 
 def job_seconds(data: dict[str, Any]) -> float:
     """The CPU seconds a finished job took (module docstring)."""
+    if shared_from(data):
+        return 0.0
     runs = data.get("details", {}).get("runs")
     if isinstance(runs, list) and runs and all(isinstance(r.get("train"), dict) for r in runs):
         return float(sum(r["train"].get("seconds", 0.0) for r in runs))
@@ -54,15 +61,38 @@ def measure(jobs: Iterable[Job], root: str | Path) -> dict[str, float]:
     return out
 
 
-def summarise(name: str, jobs: Sequence[Job], seconds: dict[str, float]) -> Progress:
+def run_keys(jobs: Iterable[Job]) -> dict[str, tuple[str, int]]:
+    """{job name: (run fingerprint, seed)} of the jobs that have one: equal keys, one computation."""
+    out = {}
+    for job in jobs:
+        fingerprint = arm_fingerprint(job.protocol, job.arm)
+        if fingerprint is not None:
+            out[job.name] = (fingerprint, job.seed)
+    return out
+
+
+def summarise(
+    name: str,
+    jobs: Sequence[Job],
+    seconds: dict[str, float],
+    keys: dict[str, tuple[str, int]] | None = None,
+    *,
+    once: bool = False,
+) -> Progress:
+    """A claim's row; `seconds` holds every finished job of the plan, so that an unfinished job whose twin finished
+    elsewhere costs nothing. `once`: the row of every job, where unfinished twins are priced once."""
+    keys = keys or {}
     by_group: dict[tuple[str, str], list[float]] = {}
     for job in jobs:
         if job.name in seconds:
             by_group.setdefault(_group(job), []).append(seconds[job.name])
+    computed = {keys[n] for n in seconds if n in keys}  # runs that exist: a twin of one of them shares it
     left, unpriced = 0.0, 0
     for job in jobs:
-        if job.name in seconds:
+        if job.name in seconds or keys.get(job.name) in computed:
             continue
+        if once and job.name in keys:
+            computed.add(keys[job.name])
         known = by_group.get(_group(job))
         if known:
             left += mean(known)
@@ -76,8 +106,9 @@ def study_progress(registry: Registry, scales: Iterable[str], jobs: Sequence[Job
     """One row per planned claim, then one for every planned job counted once."""
     scales = list(scales)
     seconds = measure(jobs, root)
-    rows = [summarise(c.id, claim_jobs(c, registry), seconds) for c in planned_claims(registry, scales)]
-    return rows + [summarise("all jobs (each once)", jobs, seconds)]
+    keys = run_keys(jobs)
+    rows = [summarise(c.id, claim_jobs(c, registry), seconds, keys) for c in planned_claims(registry, scales)]
+    return rows + [summarise("all jobs (each once)", jobs, seconds, keys, once=True)]
 
 
 def format_progress(rows: Sequence[Progress]) -> str:

@@ -55,10 +55,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
     add_run_options(p, "results/eval/mqar.json")
 
 
-def run(args: argparse.Namespace) -> int:
-    from atlas_experiments.devices import resolve_device
-    from atlas_experiments.evaluation.mqar import MQARProtocol, plot_mqar, plot_mqar_curves, run_mqar
-    from atlas_experiments.evaluation.synthetic_train import figure_path, parse_list, parse_models, torch_threads
+def protocol_from_args(args: argparse.Namespace):
+    """The `MQARProtocol` that `atlas eval mqar` runs for its parsed options (also the study's shared-run check)."""
+    from atlas_experiments.evaluation.mqar import MQARProtocol
+    from atlas_experiments.evaluation.synthetic_train import parse_list
 
     if args.settings:
         settings = parse_settings(args.settings, "--settings")
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         ]
         if not settings:
             raise ValueError("--seq-lens/--kv-pairs: no valid setting (each needs 2 * pairs + 2 * queries <= T)")
-    protocol = MQARProtocol(
+    return MQARProtocol(
         settings=tuple(settings),
         vocab_size=args.vocab_size,
         num_queries=args.num_queries,
@@ -87,6 +87,14 @@ def run(args: argparse.Namespace) -> int:
         lrs=tuple(parse_list(args.lrs, float, "--lrs")),
         weight_decay=args.weight_decay,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    from atlas_experiments.devices import resolve_device
+    from atlas_experiments.evaluation.mqar import plot_mqar, plot_mqar_curves, run_mqar
+    from atlas_experiments.evaluation.synthetic_train import figure_path, parse_models, torch_threads
+
+    protocol = protocol_from_args(args)
     models = parse_models(args.models, args.size)
     device = resolve_device(args.device)
     resume = resume_dir(args)
