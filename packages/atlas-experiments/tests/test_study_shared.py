@@ -100,6 +100,10 @@ def test_twins_train_the_same_numbers_and_the_second_job_shares_the_first_run(tm
     assert main(["study", "run", "--claims", claims, "--root", str(shared), "--job", "again/atlas/seed1",
                  "--no-track"]) == 0  # fmt: skip
     assert shared_from(load(_job(registry, "again", "atlas"), shared)) == matched.name
+    # the report says which results share a run
+    assert main(["study", "report", "--claims", claims, "--root", str(shared), "--out", str(tmp_path / "report")]) == 0
+    text = (tmp_path / "report" / "verdicts.md").read_text()
+    assert "2 of them share the run of a finished job" in text and "again/atlas/seed1" in text
 
 
 def test_runs_that_differ_get_different_fingerprints_and_other_tasks_none():

@@ -289,15 +289,22 @@ def _run_one(job, args: argparse.Namespace, jobs) -> int:
 def report_command(args: argparse.Namespace) -> int:
     from atlas_experiments.study import report_v2
     from atlas_experiments.study.report import judge_all, provenance, write_report
+    from atlas_experiments.study.shared import shared_from
 
     registry, scales, jobs = _registry_and_jobs(args)
     records = judge_all(registry, args.root, scales)
     done = [j for j in jobs if j.result(args.root).is_file() and "skipped" not in j.result(args.root).read_text()]
     protocols = sorted({j.protocol.name for j in done})
+    shared = [j.name for j in done if shared_from(json.loads(j.result(args.root).read_text()))]
     coverage = (
         f"Results present for {len(done)} of the {len(jobs)} planned jobs (protocols with results: "
         f"{', '.join(protocols) or 'none'}); a claim is judged only when all its registered seeds ran."
     )
+    if shared:
+        coverage += (
+            f" {len(shared)} of them share the run of a finished job that computes the same numbers (its result file "
+            f"names it under `study.shared`; docs/study.md, Shared runs): {', '.join(shared)}."
+        )
     baselines = report_v2.Baselines(registry)
     v2 = report_v2.judge_v2(registry, scales, root=args.root, baselines=baselines)
     fresh = [r for r in v2 if registry.protocols[r["protocol"]].registered >= registry.rule_v2_registered]
