@@ -23,6 +23,12 @@ ARGS = {"settings": "16x2", "vocab_size": 16, "width": 16, "layers": 1, "steps":
         "threads": 1}  # fmt: skip
 
 
+def _header() -> dict:
+    """The registered claims file's rules, for a small claims file of our own."""
+    registered = yaml.safe_load((ROOT / "config" / "study" / "claims.yaml").read_text())
+    return {key: registered[key] for key in ("schema", "registered", "rule", "paper", "rule_v2")}
+
+
 def twin_claims() -> dict:
     """Two MQAR protocols that differ only in sizing every memory to Atlas's: Atlas is the same model in both, DeltaNet
     is not; one claim per protocol (the mqar_v2_fig7_cpu / mqar_v2_cpu pair in small)."""
@@ -30,10 +36,7 @@ def twin_claims() -> dict:
              "metric": {"task": "mqar", "name": "accuracy", "better": "higher"}, "outcome_seen": "no: never run",
              "arms": ["atlas", "deltanet"], "predicted": {"order": ["atlas", "deltanet"]}}  # fmt: skip
     return {
-        "schema": 2, "registered": "2026-12-01", "rule": {"alpha": 0.05, "ci_level": 0.90, "min_seeds": 3},
-        "paper": {"version": "v1", "note": "x"},
-        "rule_v2": {"registered": "2026-12-03", "alpha": 0.05, "ci_level": 0.90, "exact_max_n": 12,
-                    "correction": "holm", "power": {"effect": 2.0, "target": 0.8, "min_seeds": 5}},
+        **_header(),
         "amendments": [], "tuning_history": [], "not_registered": [],
         "protocols": {
             "matched": {"task": "mqar", "scale": "cpu", "size": "tiny", "seeds": [1, 2, 3],
