@@ -133,6 +133,36 @@ def test_the_pilot_projects_and_refuses_with_the_numbers(monkeypatch):
         pilot.check_budget(plan, budget_minutes=0.1)
 
 
+def test_the_pilot_times_only_the_arms_asked_for_or_those_not_started(tmp_path, monkeypatch, capsys):
+    """`atlas study pilot --only` / `--unstarted`: what is left of a study is priced without timing what ran."""
+    from atlas_experiments.commands import study as study_command
+
+    timed_arms = []
+
+    def fake_measure(jobs, run):
+        timed_arms.extend(sorted({f"{j.protocol.name}/{j.arm.name if j.arm else 'all'}" for j in jobs}))
+        return [pilot.Timing(j.protocol.name, j.arm.name if j.arm else "all", "steps", 2, 1, 1.0, 0.0) for j in jobs]
+
+    monkeypatch.setattr(pilot, "measure", fake_measure)
+    claims, root = _claims_file(tmp_path), tmp_path / "study"
+    registry = parse_claims(tiny_claims())
+    hand_made(Job(registry.protocols["mqar_tiny"], registry.arms["tpp"], 1), root, {"acc/tpp/d=16": 0.5})
+    argv = ["study", "pilot", "--claims", claims, "--root", str(root), "--budget-minutes", "60", "--out"]
+    assert main([*argv, str(tmp_path / "a.json"), "--only", "mqar_tiny/gdn,learn"]) == 0
+    assert timed_arms == ["learn/all", "mqar_tiny/gdn"]
+    timed_arms.clear()
+    assert main([*argv, str(tmp_path / "b.json"), "--unstarted"]) == 0
+    assert timed_arms == ["learn/all", "mqar_tiny/gdn"]  # tpp has a finished job: its own jobs price it
+    with pytest.raises(ValueError, match=r"--only: not a protocol or protocol/arm of the plan: mqar_tiny/nope"):
+        study_command._pilot_jobs(plan_jobs(registry, ["cpu"]), _namespace(only="mqar_tiny/nope", root=root))
+
+
+def _namespace(**kw):
+    import argparse
+
+    return argparse.Namespace(**{"only": None, "unstarted": False, **kw})
+
+
 def test_the_pilot_times_warm_runs_and_bounds_a_fit_without_slope(monkeypatch):
     """2026-12-02: the first arm's short run paid the process's one-time costs, the fit's slope came out <= 0 and the
     pilot projected a 490 s Atlas job at 15 s. The warm-up run absorbs such costs; a fit still without slope falls
@@ -449,7 +479,7 @@ def test_progress_counts_done_jobs_and_prices_the_rest_from_each_arms_finished_o
     """`atlas study plan --progress`: per claim, jobs done of planned, CPU-hours spent (a synthetic job's training
     seconds over every stretch, else its wall time) and left (the mean of the arm's finished jobs); an arm with no
     finished job is counted as unpriced, and a foreign result is not counted."""
-    from atlas_experiments.study.progress import study_progress
+    from atlas_experiments.study.progress import pilot_times, study_progress
 
     registry = parse_claims(tiny_claims())
     jobs = plan_jobs(registry, ["cpu"])
@@ -469,6 +499,16 @@ def test_progress_counts_done_jobs_and_prices_the_rest_from_each_arms_finished_o
     assert main(["study", "plan", "--progress", "--root", str(tmp_path), "--claims", _claims_file(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "a.mqar" in out and "2/6" in out and "3 jobs of arms with no finished job not priced" in out
+    # a pilot's projection prices the arms with no finished job; an arm's own finished jobs still price it
+    pilot_plan = {"timings": [{"protocol": "mqar_tiny", "arm": "gdn", "job_s": 7200.0},
+                              {"protocol": "mqar_tiny", "arm": "tpp", "job_s": 1.0}]}  # fmt: skip
+    a = {r.name: r for r in study_progress(registry, ["cpu"], jobs, tmp_path, pilot_times(pilot_plan))}["a.mqar"]
+    assert (a.left_h, a.unpriced, a.from_pilot) == (0.75 + 6.0, 0, 3)
+    costs = tmp_path / "plan.json"
+    costs.write_text(json.dumps(pilot_plan))
+    argv = ["study", "plan", "--progress", "--root", str(tmp_path), "--claims", _claims_file(tmp_path)]
+    assert main([*argv, "--costs", str(costs)]) == 0
+    assert "3 jobs priced from the pilot" in capsys.readouterr().out
 
 
 def _claims_file(tmp_path: Path) -> str:

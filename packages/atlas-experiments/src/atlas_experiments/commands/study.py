@@ -36,13 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     q.add_argument(
         "--costs",
-        help="a pilot's projection (plan.json or plan.measured.json): print the CPU-hours of each claim's jobs",
+        help="a pilot's projection (plan.json or plan.measured.json): print the CPU-hours of each claim's jobs; with "
+        "--progress, the price of arms with no finished job",
     )
     q.add_argument(
         "--progress",
         action="store_true",
         help="per claim: jobs done of planned under --root, CPU-hours spent, and CPU-hours left as the finished "
-        "jobs of each arm predict",
+        "jobs of each arm predict (or, for an arm with none, --costs)",
     )
     q.set_defaults(handler=plan_command)
 
@@ -52,6 +53,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--cores", type=int, default=2, help="single-threaded jobs that run side by side (default 2)")
     q.add_argument("--out", required=True, help="the projection (JSON)")
     q.add_argument("--data", help="prepared corpus of the lm protocols (`atlas data prepare` output)")
+    q.add_argument(
+        "--only",
+        help="comma-separated protocol or protocol/arm: time only these (the projection covers their jobs only)",
+    )
+    q.add_argument(
+        "--unstarted",
+        action="store_true",
+        help="time only the (protocol, arm)s with no finished job under --root (to price what is left of a study)",
+    )
     q.add_argument(
         "--drop-by-priority",
         action="store_true",
@@ -116,9 +126,10 @@ def _registry_and_jobs(args: argparse.Namespace):
 def plan_command(args: argparse.Namespace) -> int:
     registry, scales, jobs = _registry_and_jobs(args)
     if args.progress:
-        from atlas_experiments.study.progress import format_progress, study_progress
+        from atlas_experiments.study.progress import format_progress, pilot_times, study_progress
 
-        print(format_progress(study_progress(registry, scales, jobs, args.root)))
+        pilot = pilot_times(json.loads(Path(args.costs).read_text())) if args.costs else None
+        print(format_progress(study_progress(registry, scales, jobs, args.root, pilot)))
         return 0
     if args.pilot:
         from atlas_experiments.study.plan import planned_claims
@@ -160,6 +171,7 @@ def pilot_command(args: argparse.Namespace) -> int:
     from atlas_experiments.study.plan import planned_claims
 
     registry, scales, jobs = _registry_and_jobs(args)
+    jobs = _pilot_jobs(jobs, args)
     timings = measure(jobs, partial(_pilot_runner, data=args.data))
     plan = project(timings, args.cores)
     plan.update(budget_minutes=args.budget_minutes, accepted_jobs=[j.name for j in jobs], dropped_claims=[])
@@ -180,6 +192,27 @@ def pilot_command(args: argparse.Namespace) -> int:
     print(f"plan: {len(plan['accepted_jobs'])} of {plan['jobs']} jobs, about {plan['projected_wall_s'] / 60:.1f} min "
           f"on {args.cores} cores for all of them")  # fmt: skip
     return 0
+
+
+def _pilot_jobs(jobs, args: argparse.Namespace):
+    """The jobs whose (protocol, arm) the pilot times: `--only` and `--unstarted` narrow the plan."""
+    from atlas_experiments.study.pending import arm_key
+    from atlas_experiments.study.progress import measure
+
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        known = {j.protocol.name for j in jobs} | {arm_key(j) for j in jobs}
+        unknown = [w for w in wanted if w not in known]
+        if unknown:
+            raise ValueError(f"--only: not a protocol or protocol/arm of the plan: {', '.join(unknown)}")
+        jobs = [j for j in jobs if j.protocol.name in wanted or arm_key(j) in wanted]
+    if args.unstarted:
+        finished = measure(jobs, args.root)
+        started = {arm_key(j) for j in jobs if j.name in finished}
+        jobs = [j for j in jobs if arm_key(j) not in started]
+    if not jobs:
+        raise ValueError("the pilot has no job to time (--only / --unstarted left none)")
+    return jobs
 
 
 def _pilot_runner(job, root, overrides, *, data):

@@ -7,6 +7,9 @@ training seconds of every stretch it ran in (`details.runs[].train.seconds` of a
 job accumulates) where the result has them, else its provenance `wall_s`. A result that is not the job's own is
 not counted (the report lists it).
 
+With a pilot's projection (`--costs`, `study/pilot.py`), an arm with no finished job takes the pilot's projected job
+time instead (the row counts those jobs as priced from the pilot); finished jobs still price their own arm.
+
 Shared runs (study/shared.py): a result written from a twin's run cost nothing, an unfinished job whose twin has
 finished costs nothing (it will share that run), and in the row of every job counted once, unfinished twins are
 priced once.
@@ -33,7 +36,8 @@ class Progress:
     planned: int
     spent_h: float
     left_h: float
-    unpriced: int  # unfinished jobs of arms with no finished job: not in left_h
+    unpriced: int  # unfinished jobs of arms with no finished job and no pilot time: not in left_h
+    from_pilot: int = 0  # unfinished jobs priced from the pilot's projection (in left_h)
 
 
 def job_seconds(data: dict[str, Any]) -> float:
@@ -78,16 +82,18 @@ def summarise(
     keys: dict[str, tuple[str, int]] | None = None,
     *,
     once: bool = False,
+    pilot: dict[tuple[str, str], float] | None = None,
 ) -> Progress:
     """A claim's row; `seconds` holds every finished job of the plan, so that an unfinished job whose twin finished
-    elsewhere costs nothing. `once`: the row of every job, where unfinished twins are priced once."""
-    keys = keys or {}
+    elsewhere costs nothing. `once`: the row of every job, where unfinished twins are priced once. `pilot`: {(protocol,
+    arm): projected job seconds} for arms with no finished job."""
+    keys, pilot = keys or {}, pilot or {}
     by_group: dict[tuple[str, str], list[float]] = {}
     for job in jobs:
         if job.name in seconds:
             by_group.setdefault(_group(job), []).append(seconds[job.name])
     computed = {keys[n] for n in seconds if n in keys}  # runs that exist: a twin of one of them shares it
-    left, unpriced = 0.0, 0
+    left, unpriced, from_pilot = 0.0, 0, 0
     for job in jobs:
         if job.name in seconds or keys.get(job.name) in computed:
             continue
@@ -96,24 +102,42 @@ def summarise(
         known = by_group.get(_group(job))
         if known:
             left += mean(known)
+        elif _group(job) in pilot:
+            left += pilot[_group(job)]
+            from_pilot += 1
         else:
             unpriced += 1
     done = [job for job in jobs if job.name in seconds]
-    return Progress(name, len(done), len(jobs), sum(seconds[j.name] for j in done) / 3600, left / 3600, unpriced)
+    spent = sum(seconds[j.name] for j in done) / 3600
+    return Progress(name, len(done), len(jobs), spent, left / 3600, unpriced, from_pilot)
 
 
-def study_progress(registry: Registry, scales: Iterable[str], jobs: Sequence[Job], root: str | Path) -> list[Progress]:
-    """One row per planned claim, then one for every planned job counted once."""
+def study_progress(
+    registry: Registry,
+    scales: Iterable[str],
+    jobs: Sequence[Job],
+    root: str | Path,
+    pilot: dict[tuple[str, str], float] | None = None,
+) -> list[Progress]:
+    """One row per planned claim, then one for every planned job counted once; `pilot` as for `summarise`."""
     scales = list(scales)
     seconds = measure(jobs, root)
     keys = run_keys(jobs)
-    rows = [summarise(c.id, claim_jobs(c, registry), seconds, keys) for c in planned_claims(registry, scales)]
-    return rows + [summarise("all jobs (each once)", jobs, seconds, keys, once=True)]
+    rows = [summarise(c.id, claim_jobs(c, registry), seconds, keys, pilot=pilot)
+            for c in planned_claims(registry, scales)]  # fmt: skip
+    return rows + [summarise("all jobs (each once)", jobs, seconds, keys, once=True, pilot=pilot)]
+
+
+def pilot_times(plan: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """{(protocol, arm): projected seconds of one job} from a pilot's projection (`atlas study pilot --out`)."""
+    return {(t["protocol"], t["arm"]): float(t["job_s"]) for t in plan["timings"]}
 
 
 def format_progress(rows: Sequence[Progress]) -> str:
     lines = [f"{'claim':<48} {'done':>9} {'CPU-h spent':>11} {'CPU-h left':>10}  note"]
     for r in rows:
-        note = f"{r.unpriced} jobs of arms with no finished job not priced" if r.unpriced else ""
+        notes = [f"{r.from_pilot} jobs priced from the pilot"] if r.from_pilot else []
+        notes += [f"{r.unpriced} jobs of arms with no finished job not priced"] if r.unpriced else []
+        note = "; ".join(notes)
         lines.append(f"{r.name:<48} {r.done:>4}/{r.planned:<4} {r.spent_h:>11.2f} {r.left_h:>10.2f}  {note}")
     return "\n".join(lines)
