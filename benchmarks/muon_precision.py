@@ -1,6 +1,6 @@
 """Muon's update precision at the paper's memory shape: how far float32 inputs land from the float64 op (outputs,
 final state, every input gradient), with the factored update in float64 (`muon_float64`, the default) or in float32,
-beside the materialising path in float32.
+beside the materialising path in float32, and a diagnostic: the float64 update with only its polynomials in float32.
 
 Why: on a GPU the float64 update is what bounds exact Atlas at the paper sizes (docs/costs.md, the "fp64" column;
 float64 runs at about a tenth of the bf16 rate), while the precision case for it (docs/muon.md, "Precision of the
@@ -19,6 +19,7 @@ op. Relative errors `||x - x_ref|| / ||x_ref||` per quantity; "worst" is the lar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import itertools
@@ -33,11 +34,15 @@ from atlas_kernels import init_memory_params, memory_chunk
 from atlas_kernels.testing import random_inputs, random_loss_grads, result_errors
 
 LENGTHS, H, D = (48, 256), 1, 64  # three and sixteen chunks
+# Not an option of the op: the float64 update with only its r x r polynomials evaluated in float32, to tell where the
+# float32 update loses its precision (forming the Gram matrices, or the Newton-Schulz polynomial on them)
+DIAGNOSTIC = "factored, float64 Gram matrices, float32 polynomial (diagnostic)"
 # (gate_low, eta scale): the CPU benchmark's slowly forgetting gates and a faster-forgetting, larger-step regime
 REGIMES = {"gates [0.9, 1), eta ~0.02": (0.9, 0.02), "gates [0.5, 1), eta ~0.1": (0.5, 0.1)}
 PATHS = {
     "factored, float64 update (default)": dict(ns_form="lowrank", muon_float64=True),
     "factored, float32 update": dict(ns_form="lowrank", muon_float64=False),
+    DIAGNOSTIC: dict(ns_form="lowrank", muon_float64=True),
     "materialised": dict(ns_form="materialise"),
 }
 
@@ -49,6 +54,20 @@ def paper_memory():
     config = AtlasConfig.from_preset("atlas", "340M")
     assert config.memory_head_dim == D, config.memory_head_dim
     return dataclasses.replace(config.memory_config(), ns_form="lowrank", ns_eval="matmul")
+
+
+@contextlib.contextmanager
+def polynomial_in_float32():
+    """The factored path's polynomial evaluation (`muon_lowrank.ns_polynomial`) run in float32 on its float64 Gram
+    matrices, its result cast back: everything else of the float64 update as it is."""
+    from atlas_kernels.ops.memory import muon_lowrank
+
+    evaluate = muon_lowrank.ns_polynomial
+    muon_lowrank.ns_polynomial = lambda gram, *a: evaluate(gram.float(), *a).to(gram.dtype)
+    try:
+        yield
+    finally:
+        muon_lowrank.ns_polynomial = evaluate
 
 
 def run(cfg, T: int, dtype, gate_low: float, eta: float, seed: int = 0):
@@ -72,7 +91,8 @@ def table(log=print) -> str:
         ref = run(cfg, T, torch.float64, gate_low, eta)
         for path, change in PATHS.items():
             start = time.perf_counter()
-            errs = result_errors(ref, run(dataclasses.replace(cfg, **change), T, torch.float32, gate_low, eta))
+            with polynomial_in_float32() if path == DIAGNOSTIC else contextlib.nullcontext():
+                errs = result_errors(ref, run(dataclasses.replace(cfg, **change), T, torch.float32, gate_low, eta))
             seconds = time.perf_counter() - start
             state = max(e for n, e in errs.items() if n.startswith("state."))
             grads = max(e for n, e in errs.items() if n.startswith("grad."))

@@ -31,3 +31,9 @@ def test_table_rows_at_a_tiny_shape(monkeypatch):
         worst[(cells[1], cells[2])] = errs[0]
     for regime in muon_precision.REGIMES:
         assert worst[(regime, "factored, float64 update (default)")] < worst[(regime, "factored, float32 update")]
+        # the diagnostic changes the float64 update (its polynomials lose precision), and the patch is undone
+        assert worst[(regime, muon_precision.DIAGNOSTIC)] > worst[(regime, "factored, float64 update (default)")]
+    from atlas_kernels.ops.memory import muon_lowrank
+    from atlas_kernels.ops.newton_schulz.gram import ns_polynomial
+
+    assert muon_lowrank.ns_polynomial is ns_polynomial
