@@ -15,7 +15,7 @@ from atlas_experiments.study.claims import load_claims, parse_claims
 from atlas_experiments.study.plan import Job, plan_jobs
 from atlas_experiments.study.progress import job_seconds, study_progress
 from atlas_experiments.study.results import config_hash, load
-from atlas_experiments.study.shared import arm_fingerprint, find_twin, shared_from
+from atlas_experiments.study.shared import arm_fingerprint, find_twin, may_be_twins, shared_from
 
 ROOT = Path(__file__).resolve().parents[3]
 ARGS = {"settings": "16x2", "vocab_size": 16, "width": 16, "layers": 1, "steps": 3, "batch_size": 2, "lrs": "3e-3",
@@ -111,6 +111,11 @@ def test_twins_train_the_same_numbers_and_the_second_job_shares_the_first_run(tm
 
 def test_runs_that_differ_get_different_fingerprints_and_other_tasks_none():
     registry = parse_claims(twin_claims())
+    # only jobs of the same task, seed and arm name (the metrics' labels) are fingerprinted at all
+    assert may_be_twins(_job(registry, "matched", "atlas"), _job(registry, "plain", "atlas"))
+    assert not may_be_twins(_job(registry, "matched", "atlas"), _job(registry, "plain", "deltanet"))
+    assert not may_be_twins(_job(registry, "matched", "atlas", 1), _job(registry, "plain", "atlas", 2))
+    assert not may_be_twins(_job(registry, "plain", "atlas"), _job(registry, "plain", "atlas"))
     # DeltaNet sized to Atlas's memory is another model than DeltaNet at its preset's size
     assert arm_fingerprint(registry.protocols["matched"], registry.arms["deltanet"]) != arm_fingerprint(
         registry.protocols["plain"], registry.arms["deltanet"]

@@ -26,7 +26,7 @@ from typing import Any
 from atlas_experiments.study.claims import Registry
 from atlas_experiments.study.plan import Job, claim_jobs, planned_claims
 from atlas_experiments.study.results import ResultError, load
-from atlas_experiments.study.shared import arm_fingerprint, shared_from
+from atlas_experiments.study.shared import arm_fingerprint, may_be_twins, shared_from
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,13 @@ def measure(jobs: Iterable[Job], root: str | Path) -> dict[str, float]:
     return out
 
 
-def run_keys(jobs: Iterable[Job]) -> dict[str, tuple[str, int]]:
-    """{job name: (run fingerprint, seed)} of the jobs that have one: equal keys, one computation."""
+def run_keys(jobs: Sequence[Job]) -> dict[str, tuple[str, int]]:
+    """{job name: (run fingerprint, seed)} of the jobs that have one and may have a twin: equal keys, one
+    computation."""
     out = {}
     for job in jobs:
+        if not any(may_be_twins(job, other) for other in jobs):
+            continue
         fingerprint = arm_fingerprint(job.protocol, job.arm)
         if fingerprint is not None:
             out[job.name] = (fingerprint, job.seed)

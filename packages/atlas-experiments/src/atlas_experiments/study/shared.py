@@ -70,14 +70,20 @@ def _fingerprint(protocol: Protocol, arm: Arm) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def may_be_twins(a: Job, b: Job) -> bool:
+    """Whether two jobs can share a run at all, before any fingerprint: other jobs of the same task, seed and arm name
+    (the metrics' labels are part of the fingerprint)."""
+    same = a.protocol.task == b.protocol.task and a.seed == b.seed and a.arm is not None and b.arm is not None
+    return same and a.name != b.name and a.arm.name == b.arm.name
+
+
 def find_twin(job: Job, jobs: Sequence[Job], root: str | Path) -> Job | None:
     """A finished job of `jobs` (not `job`) whose run computes what `job` would; None if there is none."""
-    mine = arm_fingerprint(job.protocol, job.arm)
+    candidates = [other for other in jobs if may_be_twins(job, other)]
+    mine = arm_fingerprint(job.protocol, job.arm) if candidates else None
     if mine is None:
         return None
-    for other in jobs:
-        if other.name == job.name or other.seed != job.seed or other.protocol.task != job.protocol.task:
-            continue
+    for other in candidates:
         if arm_fingerprint(other.protocol, other.arm) != mine:
             continue
         try:
