@@ -112,3 +112,28 @@ def test_real_baselines_are_computed_from_the_protocol(monkeypatch):
     ortho = LearnabilityConfig(**small, generator="orthogonal")
     _, out = generate_stream("mlp", ortho, seed=np.random.default_rng([1, 0, 1]))
     assert other["mlp"] == pytest.approx(float(mean_predictor_losses(out)[-6:].mean())) and other != base
+
+
+def test_per_seed_tables_show_each_arm_once_per_protocol_and_metric():
+    """Two claims on one protocol and metric share one table (an arm shared by both appears once); a missing or
+    diverged seed shows as a dash; an unjudged record adds nothing."""
+    from atlas_experiments.study.report_v2 import per_seed_tables
+
+    registry = load_claims(ROOT / "config" / "study" / "claims.yaml")
+    atlas = {70: 0.2, 71: 0.9}
+    records = [
+        {"claim": "mqar_v2.muon_vs_gd", "protocol": "mqar_v2_fig7_cpu", "comparisons": {},
+         "values": {"atlas_w0": atlas, "omeganet_w0": {70: 0.5, 71: float("nan")}}},
+        {"claim": "mqar_v2.fig7_dot_over_deltanet_d64", "protocol": "mqar_v2_fig7_cpu", "comparisons": {},
+         "values": {"dot": {70: 0.1}, "deltanet": {70: 1.0, 71: 0.99949}}},
+        {"claim": "mqar_v2.muon_vs_gd_matched_eta", "protocol": "mqar_v2_fig7_cpu", "comparisons": {},
+         "values": {"atlas_w0": atlas, "omeganet_eta002_w0": {70: 0.3, 71: 0.4}}},
+        {"claim": "mqar_v2.poly_features", "protocol": "mqar_v2_cpu", "verdict": "not run"},
+    ]  # fmt: skip
+    text = per_seed_tables(registry, records)
+    assert text.count("**mqar_v2_fig7_cpu**, accuracy (higher is better)") == 1 and "mqar_v2_cpu" not in text
+    assert ("judges mqar_v2.muon_vs_gd, mqar_v2.fig7_dot_over_deltanet_d64, mqar_v2.muon_vs_gd_matched_eta"
+            in text)  # fmt: skip
+    assert text.count("| atlas_w0 |") == 1 and "| atlas_w0 | 0.2 | 0.9 | 0.55 ± 0.49 |" in text
+    assert "| omeganet_w0 | 0.5 | – | 0.5 ± 0 |" in text and "| dot | 0.1 | – | 0.1 ± 0 |" in text
+    assert "| deltanet | 1 | 0.9995 |" in text  # four digits: 0.99949 is not rounded up to 1

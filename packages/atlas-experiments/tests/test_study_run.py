@@ -247,6 +247,11 @@ def test_rule_v2_on_results_with_a_gate(tmp_path):
     text = (out / "verdicts.md").read_text()
     new_evidence = text.split("## Rule v2 on new evidence")[1].split("## Rule v1")[0]
     assert "| a.mqar | inconclusive |" in new_evidence and "passed" in new_evidence
+    per_seed = new_evidence.split("### Per-seed values")[1]
+    assert "**mqar_tiny**, accuracy (higher is better); judges a.mqar" in per_seed
+    assert "| arm | seed 1 | seed 2 | seed 3 | mean ± sd |" in per_seed
+    assert "| tpp | 0.9 | 0.8 | 0.85 | 0.85 ± 0.05 |" in per_seed
+    assert "| gdn | 0.7 | 0.5 | 0.6 | 0.6 ± 0.1 |" in per_seed
     saved = json.loads((out / "verdicts.json").read_text())
     assert [r["claim"] for r in saved["rule_v2"] if "comparisons" in r] == ["a.mqar"]
     # the best arm below the floor in its setting: not resolved, whatever the numbers

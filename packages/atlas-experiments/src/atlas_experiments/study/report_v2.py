@@ -208,6 +208,30 @@ def gate_table(registry: Registry, records: list[dict[str, Any]]) -> str:
     return table(["claim", "comparison", "gate", "best arm", "best arm's value", "baseline", "", "detail"], rows)
 
 
+def per_seed_tables(registry: Registry, records: list[dict[str, Any]]) -> str:
+    """Every judged arm's value at every seed, one table per (protocol, metric): the numbers each verdict rests on.
+
+    Claims that share a protocol and metric share their arms' values, so each arm appears once per table."""
+    groups: dict[tuple[str, str], dict[str, Mapping[int, float]]] = {}
+    claims_of: dict[tuple[str, str], list[str]] = {}
+    for r in records:
+        if "comparisons" not in r:
+            continue
+        m = registry.claim(r["claim"]).metric
+        key = (r["protocol"], m.name + (f" at {m.cell}" if m.cell else "") + f" ({m.better} is better)")
+        claims_of.setdefault(key, []).append(r["claim"])
+        for arm, by_seed in r["values"].items():
+            groups.setdefault(key, {}).setdefault(arm, by_seed)
+    out = []
+    for (protocol, metric), arms in groups.items():
+        seeds = sorted({int(s) for by_seed in arms.values() for s in by_seed})
+        rows = [[arm, *[fmt(by_seed.get(s, math.nan), 4) for s in seeds], _mean_sd(by_seed)]
+                for arm, by_seed in arms.items()]  # fmt: skip
+        out += [f"**{protocol}**, {metric}; judges {', '.join(claims_of[(protocol, metric)])}\n",
+                table(["arm", *[f"seed {s}" for s in seeds], "mean ± sd"], rows), ""]  # fmt: skip
+    return "\n".join(out)
+
+
 def counts(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in records:
@@ -254,7 +278,13 @@ def render(
         "## Rule v2 on new evidence\n",
     ]
     if judged_fresh:
-        out += [summary_table(fresh), "", "![per-seed differences, in units of each claim's delta](verdicts.png)\n"]
+        out += [
+            summary_table(fresh),
+            "",
+            "![per-seed differences, in units of each claim's delta](verdicts.png)\n",
+            "### Per-seed values\n",
+            per_seed_tables(registry, fresh),
+        ]
     else:
         out.append("No protocol registered after rule v2 has run yet: no claim has a verdict under rule v2 from fresh "
                    "seeds. The claims' protocols, seeds and runs so far are those of v1, whose outcomes are "
