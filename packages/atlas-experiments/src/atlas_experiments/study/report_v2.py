@@ -212,22 +212,23 @@ def per_seed_tables(registry: Registry, records: list[dict[str, Any]]) -> str:
     """Every judged arm's value at every seed, one table per (protocol, metric): the numbers each verdict rests on.
 
     Claims that share a protocol and metric share their arms' values, so each arm appears once per table."""
-    groups: dict[tuple[str, str], dict[str, Mapping[int, float]]] = {}
-    claims_of: dict[tuple[str, str], list[str]] = {}
+    groups: dict[tuple[str, str], tuple[list[str], dict[str, Mapping[int, float]]]] = {}
     for r in records:
         if "comparisons" not in r:
             continue
         m = registry.claim(r["claim"]).metric
-        key = (r["protocol"], m.name + (f" at {m.cell}" if m.cell else "") + f" ({m.better} is better)")
-        claims_of.setdefault(key, []).append(r["claim"])
+        claims, arms = groups.setdefault(
+            (r["protocol"], m.name + (f" at {m.cell}" if m.cell else "") + f" ({m.better} is better)"), ([], {})
+        )
+        claims.append(r["claim"])
         for arm, by_seed in r["values"].items():
-            groups.setdefault(key, {}).setdefault(arm, by_seed)
+            arms.setdefault(arm, by_seed)
     out = []
-    for (protocol, metric), arms in groups.items():
-        seeds = sorted({int(s) for by_seed in arms.values() for s in by_seed})
+    for (protocol, metric), (claims, arms) in groups.items():
+        seeds = sorted({s for by_seed in arms.values() for s in by_seed})
         rows = [[arm, *[fmt(by_seed.get(s, math.nan), 4) for s in seeds], _mean_sd(by_seed)]
                 for arm, by_seed in arms.items()]  # fmt: skip
-        out += [f"**{protocol}**, {metric}; judges {', '.join(claims_of[(protocol, metric)])}\n",
+        out += [f"**{protocol}**, {metric}; judges {', '.join(claims)}\n",
                 table(["arm", *[f"seed {s}" for s in seeds], "mean ± sd"], rows), ""]  # fmt: skip
     return "\n".join(out)
 
