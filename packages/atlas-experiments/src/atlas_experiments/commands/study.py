@@ -6,6 +6,8 @@
 - `run`: one job: `atlas eval <task>` of the protocol for the arm and seed, its result tracked in the `study`
   experiment under the study's parent run; `--arm` every seed of one arm in one process; `--pending` every job
   without a result, one process per job (or per arm with `--per-arm`).
+- `track`: register the finished results that have no MLflow run yet (runs made with `--no-track`, or returned
+  from another machine) as runs of the `study` experiment, learning curves and figures included.
 - `report`: judge every claim by the pre-registered rule on the results that exist; verdicts.md + verdicts.json.
 """
 
@@ -19,7 +21,7 @@ DEFAULT_CLAIMS = "config/study/claims.yaml"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("study", help="the pre-registered claims study: plan, pilot, run, report")
+    p = sub.add_parser("study", help="the pre-registered claims study: plan, pilot, run, track, report")
     inner = p.add_subparsers(dest="study_command", metavar="<step>", required=True)
 
     def common(q: argparse.ArgumentParser) -> None:
@@ -102,6 +104,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "result is shared: docs/study.md, Shared runs)",
     )
     q.set_defaults(handler=run_command)
+
+    q = inner.add_parser(
+        "track",
+        help="register every finished result under --root that has no MLflow run yet (results of --no-track "
+        "stretches or of a GPU machine's call); safe to rerun",
+    )
+    common(q)
+    q.add_argument("--tracking-uri", help="MLflow URI (default $MLFLOW_TRACKING_URI or sqlite under --root)")
+    q.add_argument("--parent", help="parent-run record (`atlas track parent`): the runs nest under it")
+    q.add_argument("--no-progress", action="store_true", help="no progress bar")
+    q.set_defaults(handler=track_command)
 
     q = inner.add_parser("report", help="judge every claim on the results that exist")
     common(q)
@@ -286,9 +299,9 @@ def _run_arm(jobs, args: argparse.Namespace) -> int:
 def _run_one(job, args: argparse.Namespace, jobs) -> int:
     from atlas_experiments import tracking
     from atlas_experiments._io import write_json_atomic
-    from atlas_experiments.evaluation.results import EvalResult, track_result
     from atlas_experiments.study.execute import run_job
     from atlas_experiments.study.shared import find_twin, share
+    from atlas_experiments.study.tracked import track_job
 
     if args.plan and job.name not in json.loads(Path(args.plan).read_text())["accepted_jobs"]:
         write_json_atomic(job.result(args.root), {"skipped": f"dropped by the pilot to fit its budget ({args.plan})"})
@@ -300,23 +313,29 @@ def _run_one(job, args: argparse.Namespace, jobs) -> int:
         print(f"study job {job.name}: the same run as the finished {twin.name}, its result shared", flush=True)
     else:
         out = run_job(job, args.root, data_dir=args.data)
-    data = json.loads(out.read_text())
-    data.pop("created", None)
-    provenance = data.pop("study", {})  # not a field of the tracked result: its run's tags
-    tags = {"study.protocol": job.protocol.name, "study.arm": job.arm.name if job.arm else "all",
-            "study.seed": str(job.seed), "study.config_hash": str(provenance.get("config_hash")),
-            "study.commit": str(provenance.get("commit"))}  # fmt: skip
-    if twin is not None:
-        tags["study.shared_from"] = provenance["shared"]["job"]
     if args.no_track:
         print(f"study job {job.name}: {out}")
         return 0
-    if args.parent:
-        tags[tracking.PARENT_TAG] = tracking.read_parent(args.parent)
-    run_id = track_result(EvalResult(**data), uri=args.tracking_uri, results_root=Path(args.root), experiment="study",
-                          run_name=job.name, tags=tags, artifact=out)  # fmt: skip
+    parent = tracking.read_parent(args.parent) if args.parent else None
+    run_id = track_job(job, json.loads(out.read_text()), args.root, args.tracking_uri, parent)
     print(f"study job {job.name}: {out}" + (f" (mlflow run {run_id})" if run_id else ""))
     return 0
+
+
+def track_command(args: argparse.Namespace) -> int:
+    from atlas_experiments import tracking
+    from atlas_experiments.study.tracked import track_finished
+
+    _, _, jobs = _registry_and_jobs(args)
+    uri = tracking.resolve_tracking_uri(args.tracking_uri, args.root)
+    parent = tracking.read_parent(args.parent) if args.parent else None
+    summary = track_finished(jobs, args.root, uri, parent, progress=not args.no_progress)
+    for why in summary.refused:
+        print(f"refused (not registered): {why}")
+    for name in summary.failed:
+        print(f"not registered (the store did not take the run): {name}")
+    print(summary.line(uri))
+    return 1 if summary.refused or summary.failed else 0
 
 
 def report_command(args: argparse.Namespace) -> int:

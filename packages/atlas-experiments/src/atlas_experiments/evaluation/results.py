@@ -68,8 +68,12 @@ def track_result(
     run_name: str | None = None,
     tags: dict[str, str] | None = None,
     artifact: Path | None = None,
+    history: dict[str, list[tuple[int, float]]] | None = None,
+    figures: Sequence[Path] = (),
 ) -> str | None:
-    """Log one evaluation as an MLflow run; returns its id (None when tracking is unreachable)."""
+    """Log one evaluation as an MLflow run; returns its id (None when tracking is unreachable). `history`: metrics
+    logged step by step (a learning curve: {key: [(step, value), ...]}); `figures`: more files for the run's
+    artifacts, beside the results JSON `artifact`."""
     from atlas_experiments import tracking
 
     uri = tracking.resolve_tracking_uri(uri, results_root)
@@ -86,8 +90,12 @@ def track_result(
     except Exception:  # tracking never fails an evaluation; the JSON is the record
         return None
     tracker.log_metrics(result.metrics, step=0)
-    if artifact is not None and Path(artifact).is_file():
-        tracker.log_artifact(Path(artifact))
+    for key, points in (history or {}).items():
+        for step, value in points:
+            tracker.log_metrics({key: value}, step=step)
+    for path in [artifact, *figures]:
+        if path is not None and Path(path).is_file():
+            tracker.log_artifact(Path(path))
     tracker.end("FINISHED")
     return tracker.run_id
 
