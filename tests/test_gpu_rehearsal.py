@@ -109,5 +109,9 @@ def test_the_cpu_side_turns_the_returned_files_into_rows_and_verdicts(rehearsal,
     assert "| panel | 200 |" in text and "Limits sum to 540 s." in text
     verdicts = [r for r in rows if r.startswith("| tpp.beats_la |")]
     assert len(verdicts) == 1 and (returned / "study-report" / "verdicts.md").is_file()
+    from atlas_experiments import tracking
+
+    uri = f"sqlite:///{(returned / 'study-report' / 'mlflow.db').resolve()}"
+    assert len(tracking.load_runs(uri, ["study"])) == 10 and f"MLflow runs (experiment `study`): `{uri}`." in text
     seeds = sorted((returned / "call" / "panel" / "study" / "lm_tiny").glob("*/seed*.json"))
     assert len(seeds) == 10  # both arms, every seed, each result written by its arm's process

@@ -7,7 +7,8 @@ step), `steps.tsv` and `session.log`; a folder where the archive was already unp
 RETURNED/summary.md: the steps with their limits, wall times and exit codes; the tables of every step in
 `benchmarks/kernels_gpu.md`'s format (MLP sweep, Newton-Schulz, timing rows, compiled rows, Atlas rows); the pytest
 summary; the racecheck summary; and the panel's verdicts, judged here by `atlas study report --scale gpu` on the
-returned results (RETURNED/study-report/verdicts.md), since the GPU machine's call ends with the panel.
+returned results (RETURNED/study-report/verdicts.md), since the GPU machine's call ends with the panel, with the
+panel's results registered as MLflow runs (`atlas study track`, RETURNED/study-report/mlflow.db).
 """
 
 from __future__ import annotations
@@ -90,7 +91,14 @@ def study_verdicts(res: Path, claims: Path, out: Path) -> list[str]:
     for r in records:
         why = str(r.get("why") or r.get("reason") or "").replace("|", "/")[:160]
         lines.append(f"| {r['claim']} | {r.get('label', r.get('verdict'))} | {why} |")
-    return [*lines, "", f"Full report: `{out / 'verdicts.md'}`."]
+    lines += ["", f"Full report: `{out / 'verdicts.md'}`."]
+    # the panel ran untracked: its results become MLflow runs here, beside the report
+    uri = f"sqlite:///{(out / 'mlflow.db').resolve()}"
+    track = ["study", "track", "--claims", str(claims), "--scale", "gpu", "--root", str(root), "--tracking-uri", uri]
+    code = atlas([*track, "--no-progress"])
+    ended = f" (`atlas study track` exited with {code})" if code else "."
+    lines.append(f"MLflow runs (experiment `study`): `{uri}`{ended}")
+    return lines
 
 
 def summarize(returned: Path, claims: Path, out: Path | None = None) -> str:
