@@ -8,7 +8,10 @@ job accumulates) where the result has them, else its provenance `wall_s`. A resu
 not counted (the report lists it).
 
 With a pilot's projection (`--costs`, `study/pilot.py`), an arm with no finished job takes the pilot's projected job
-time instead (the row counts those jobs as priced from the pilot); finished jobs still price their own arm.
+time instead (the row counts those jobs as priced from the pilot); finished jobs still price their own arm. Where an
+arm has both, the ratio of its finished jobs' mean time to the pilot's time says how the pilot's pace compares with
+the stretches' (`pilot_pace`: a pilot times a few steps on an idle core, a stretch runs beside other work), and the
+footer gives what the pilot-priced jobs would take at the median ratio.
 
 Shared runs (study/shared.py): a result written from a twin's run cost nothing, an unfinished job whose twin has
 finished costs nothing (it will share that run), and in the row of every job counted once, unfinished twins are
@@ -38,6 +41,7 @@ class Progress:
     left_h: float
     unpriced: int  # unfinished jobs of arms with no finished job and no pilot time: not in left_h
     from_pilot: int = 0  # unfinished jobs priced from the pilot's projection (in left_h)
+    pilot_h: float = 0.0  # the part of left_h priced from the pilot
 
 
 def job_seconds(data: dict[str, Any]) -> float:
@@ -96,7 +100,7 @@ def summarise(
         if job.name in seconds:
             by_group.setdefault(_group(job), []).append(seconds[job.name])
     computed = {keys[n] for n in seconds if n in keys}  # runs that exist: a twin of one of them shares it
-    left, unpriced, from_pilot = 0.0, 0, 0
+    left, unpriced, from_pilot, pilot_s = 0.0, 0, 0, 0.0
     for job in jobs:
         if job.name in seconds or keys.get(job.name) in computed:
             continue
@@ -107,12 +111,13 @@ def summarise(
             left += mean(known)
         elif _group(job) in pilot:
             left += pilot[_group(job)]
+            pilot_s += pilot[_group(job)]
             from_pilot += 1
         else:
             unpriced += 1
     done = [job for job in jobs if job.name in seconds]
     spent = sum(seconds[j.name] for j in done) / 3600
-    return Progress(name, len(done), len(jobs), spent, left / 3600, unpriced, from_pilot)
+    return Progress(name, len(done), len(jobs), spent, left / 3600, unpriced, from_pilot, pilot_s / 3600)
 
 
 def study_progress(
@@ -134,6 +139,36 @@ def study_progress(
 def pilot_times(plan: dict[str, Any]) -> dict[tuple[str, str], float]:
     """{(protocol, arm): projected seconds of one job} from a pilot's projection (`atlas study pilot --out`)."""
     return {(t["protocol"], t["arm"]): float(t["job_s"]) for t in plan["timings"]}
+
+
+def pilot_pace(
+    jobs: Sequence[Job], root: str | Path, pilot: dict[tuple[str, str], float]
+) -> dict[tuple[str, str], float]:
+    """{(protocol, arm): mean seconds of its finished jobs / the pilot's projected seconds of one job}, for the arms
+    that have both (results shared from a twin's run cost nothing and are left out)."""
+    finished: dict[tuple[str, str], list[float]] = {}
+    for name, seconds in measure(jobs, root).items():
+        job = next(j for j in jobs if j.name == name)
+        if seconds > 0 and pilot.get(_group(job), 0) > 0:
+            finished.setdefault(_group(job), []).append(seconds)
+    return {group: mean(times) / pilot[group] for group, times in sorted(finished.items())}
+
+
+def pace_note(pace: dict[tuple[str, str], float], total: Progress) -> str:
+    """The footer of `--progress --costs`: how the finished jobs' times compare with the pilot's, and what the
+    pilot-priced jobs would take at the median ratio."""
+    if not pace:
+        return "pilot pace: no arm has both finished jobs and a pilot time yet"
+    ratios = sorted(pace.values())
+    middle = len(ratios) // 2
+    median = ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
+    arms = ", ".join(f"{protocol}/{arm} {r:.2f}x" for (protocol, arm), r in pace.items())
+    line = (f"pilot pace: the finished jobs of {len(pace)} arms took {ratios[0]:.2f}-{ratios[-1]:.2f}x the pilot's "
+            f"time per job (median {median:.2f}x: {arms})")  # fmt: skip
+    if total.from_pilot:
+        line += (f"; at the median, the {total.from_pilot} jobs priced from the pilot take {total.pilot_h * median:.1f}"
+                 f" CPU-h, not {total.pilot_h:.1f}")  # fmt: skip
+    return line
 
 
 def format_progress(rows: Sequence[Progress]) -> str:
