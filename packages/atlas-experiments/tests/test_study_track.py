@@ -127,3 +127,13 @@ def test_a_live_tracked_job_logs_its_curve_and_counts_as_registered(tmp_path):
     assert len(tracking.metric_history(uri, run["run_id"], "curve/val_acc/tpp/d_16/lr_0.003")) >= 1
     assert main(["study", "track", *common, "--no-progress"]) == 0
     assert len(tracking.load_runs(uri, ["study"])) == 1
+
+
+def test_an_unreadable_store_is_named_and_nothing_is_registered(tmp_path, capsys):
+    (tmp_path / "claims.yaml").write_text(yaml.safe_dump(claims()))
+    broken = tmp_path / "broken.db"
+    broken.write_text("not a database")
+    argv = ["study", "track", "--claims", str(tmp_path / "claims.yaml"), "--root", str(tmp_path / "study"),
+            "--tracking-uri", f"sqlite:///{broken}", "--no-progress"]  # fmt: skip
+    assert main(argv) == 2
+    assert f"cannot read the study runs of the MLflow store at sqlite:///{broken}" in capsys.readouterr().err

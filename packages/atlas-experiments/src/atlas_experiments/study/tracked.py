@@ -131,7 +131,10 @@ def track_finished(jobs: Iterable[Job], root: str | Path, uri: str, parent_id: s
     from tqdm.auto import tqdm
 
     summary = TrackSummary()
-    known = registered(uri)
+    try:
+        known = registered(uri)
+    except Exception as exc:  # an unreachable server or a broken store: nothing is registered, say where
+        raise ValueError(f"cannot read the study runs of the MLflow store at {uri}: {exc}") from exc
     unique = {job.name: job for job in jobs}
     done = [job for job in unique.values() if job.result(root).is_file()]
     for job in tqdm(done, desc="study runs", unit="run", disable=not progress):
