@@ -484,7 +484,7 @@ def test_progress_counts_done_jobs_and_prices_the_rest_from_each_arms_finished_o
     """`atlas study plan --progress`: per claim, jobs done of planned, CPU-hours spent (a synthetic job's training
     seconds over every stretch, else its wall time) and left (the mean of the arm's finished jobs); an arm with no
     finished job is counted as unpriced, and a foreign result is not counted."""
-    from atlas_experiments.study.progress import pace_note, pilot_pace, pilot_times, study_progress
+    from atlas_experiments.study.progress import measure, pace_note, pilot_pace, pilot_times, study_progress
 
     registry = parse_claims(tiny_claims())
     jobs = plan_jobs(registry, ["cpu"])
@@ -517,7 +517,7 @@ def test_progress_counts_done_jobs_and_prices_the_rest_from_each_arms_finished_o
     assert "3 jobs priced from the pilot" in out
     # tpp's finished jobs took 2700 s on average against the pilot's 1 s; the three gdn jobs are priced at 6 h
     assert "pilot pace: the finished jobs of 1 arms took 2700.00-2700.00x" in out and "mqar_tiny/tpp 2700.00x" in out
-    assert pilot_pace(jobs, tmp_path, pilot_times(pilot_plan)) == {("mqar_tiny", "tpp"): 2700.0}
+    assert pilot_pace(jobs, measure(jobs, tmp_path), pilot_times(pilot_plan)) == {("mqar_tiny", "tpp"): 2700.0}
     rows = study_progress(registry, ["cpu"], jobs, tmp_path, {("mqar_tiny", "gdn"): 7200.0, ("mqar_tiny", "tpp"): 1800})
     assert rows[0].pilot_h == 6.0 and rows[0].from_pilot == 3
     note = pace_note({("mqar_tiny", "tpp"): 1.5, ("mqar_tiny", "gdn"): 2.5, ("learn", "all"): 1.0}, rows[-1])

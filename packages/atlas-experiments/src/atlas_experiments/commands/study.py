@@ -139,19 +139,14 @@ def _registry_and_jobs(args: argparse.Namespace):
 def plan_command(args: argparse.Namespace) -> int:
     registry, scales, jobs = _registry_and_jobs(args)
     if args.progress:
-        from atlas_experiments.study.progress import (
-            format_progress,
-            pace_note,
-            pilot_pace,
-            pilot_times,
-            study_progress,
-        )
+        from atlas_experiments.study import progress
 
-        pilot = pilot_times(json.loads(Path(args.costs).read_text())) if args.costs else None
-        rows = study_progress(registry, scales, jobs, args.root, pilot)
-        print(format_progress(rows))
+        pilot = progress.pilot_times(json.loads(Path(args.costs).read_text())) if args.costs else None
+        seconds = progress.measure(jobs, args.root)
+        rows = progress.study_progress(registry, scales, jobs, args.root, pilot, seconds)
+        print(progress.format_progress(rows))
         if pilot:
-            print(pace_note(pilot_pace(jobs, args.root, pilot), rows[-1]))
+            print(progress.pace_note(progress.pilot_pace(jobs, seconds, pilot), rows[-1]))
         return 0
     if args.pilot:
         from atlas_experiments.study.plan import planned_claims

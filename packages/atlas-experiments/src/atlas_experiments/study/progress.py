@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median
 from typing import Any
 
 from atlas_experiments.study.claims import Registry
@@ -126,10 +126,12 @@ def study_progress(
     jobs: Sequence[Job],
     root: str | Path,
     pilot: dict[tuple[str, str], float] | None = None,
+    seconds: dict[str, float] | None = None,
 ) -> list[Progress]:
-    """One row per planned claim, then one for every planned job counted once; `pilot` as for `summarise`."""
+    """One row per planned claim, then one for every planned job counted once; `pilot` as for `summarise`;
+    `seconds`: `measure(jobs, root)` when the caller has it already."""
     scales = list(scales)
-    seconds = measure(jobs, root)
+    seconds = measure(jobs, root) if seconds is None else seconds
     keys = run_keys(jobs)
     rows = [summarise(c.id, claim_jobs(c, registry), seconds, keys, pilot=pilot)
             for c in planned_claims(registry, scales)]  # fmt: skip
@@ -142,15 +144,16 @@ def pilot_times(plan: dict[str, Any]) -> dict[tuple[str, str], float]:
 
 
 def pilot_pace(
-    jobs: Sequence[Job], root: str | Path, pilot: dict[tuple[str, str], float]
+    jobs: Sequence[Job], seconds: dict[str, float], pilot: dict[tuple[str, str], float]
 ) -> dict[tuple[str, str], float]:
     """{(protocol, arm): mean seconds of its finished jobs / the pilot's projected seconds of one job}, for the arms
-    that have both (results shared from a twin's run cost nothing and are left out)."""
+    that have both; `seconds` as `measure` gives it (results shared from a twin's run cost nothing and are left
+    out)."""
     finished: dict[tuple[str, str], list[float]] = {}
-    for name, seconds in measure(jobs, root).items():
-        job = next(j for j in jobs if j.name == name)
-        if seconds > 0 and pilot.get(_group(job), 0) > 0:
-            finished.setdefault(_group(job), []).append(seconds)
+    for job in jobs:
+        spent = seconds.get(job.name, 0.0)
+        if spent > 0 and pilot.get(_group(job), 0) > 0:
+            finished.setdefault(_group(job), []).append(spent)
     return {group: mean(times) / pilot[group] for group, times in sorted(finished.items())}
 
 
@@ -159,14 +162,12 @@ def pace_note(pace: dict[tuple[str, str], float], total: Progress) -> str:
     pilot-priced jobs would take at the median ratio."""
     if not pace:
         return "pilot pace: no arm has both finished jobs and a pilot time yet"
-    ratios = sorted(pace.values())
-    middle = len(ratios) // 2
-    median = ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
+    middle = median(pace.values())
     arms = ", ".join(f"{protocol}/{arm} {r:.2f}x" for (protocol, arm), r in pace.items())
-    line = (f"pilot pace: the finished jobs of {len(pace)} arms took {ratios[0]:.2f}-{ratios[-1]:.2f}x the pilot's "
-            f"time per job (median {median:.2f}x: {arms})")  # fmt: skip
+    line = (f"pilot pace: the finished jobs of {len(pace)} arms took {min(pace.values()):.2f}-"
+            f"{max(pace.values()):.2f}x the pilot's time per job (median {middle:.2f}x: {arms})")  # fmt: skip
     if total.from_pilot:
-        line += (f"; at the median, the {total.from_pilot} jobs priced from the pilot take {total.pilot_h * median:.1f}"
+        line += (f"; at the median, the {total.from_pilot} jobs priced from the pilot take {total.pilot_h * middle:.1f}"
                  f" CPU-h, not {total.pilot_h:.1f}")  # fmt: skip
     return line
 
