@@ -47,6 +47,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="per claim: jobs done of planned under --root, CPU-hours spent, and CPU-hours left as the finished "
         "jobs of each arm predict (or, for an arm with none, --costs)",
     )
+    q.add_argument(
+        "--schedule",
+        action="store_true",
+        help="the order `run --pending --order verdicts-first` takes: claim by claim, least work left first, with "
+        "each claim's CPU-hours and when its last job ends (priced as --progress prices)",
+    )
+    q.add_argument("--workers", type=int, default=2, help="with --schedule: jobs side by side (default 2)")
+    claim_option(q)
     q.set_defaults(handler=plan_command)
 
     q = inner.add_parser("pilot", help="time every arm briefly, project the plan, refuse it over the budget")
@@ -103,6 +111,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="train every job even where a finished job of another protocol computed the same run (by default its "
         "result is shared: docs/study.md, Shared runs)",
     )
+    q.add_argument(
+        "--order",
+        choices=("plan", "verdicts-first"),
+        default="plan",
+        help="with --pending: `plan` (as `atlas study plan` lists the jobs) or `verdicts-first` (claim by claim, the "
+        "claim with the least work left first, so verdicts arrive soonest; `atlas study plan --schedule` shows it)",
+    )
+    q.add_argument(
+        "--costs",
+        help="with --order verdicts-first: a pilot's projection pricing the arms with no finished job",
+    )
+    claim_option(q)
     q.set_defaults(handler=run_command)
 
     q = inner.add_parser(
@@ -127,6 +147,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(handler=report_command)
 
 
+def claim_option(q: argparse.ArgumentParser) -> None:
+    q.add_argument(
+        "--claim",
+        help="comma-separated claim ids or globs (`mqar_v2.deep_memory`, `mqar_v2.*`): only the jobs these claims "
+        "need (to rerun one ablation)",
+    )
+
+
 def _registry_and_jobs(args: argparse.Namespace):
     from atlas_experiments.study.claims import load_claims
     from atlas_experiments.study.plan import plan_jobs
@@ -136,20 +164,35 @@ def _registry_and_jobs(args: argparse.Namespace):
     return registry, scales, plan_jobs(registry, scales)
 
 
+def _selected(args: argparse.Namespace, registry, scales, jobs):
+    """(the planned claims `--claim` selects, the plan's jobs they need)."""
+    from atlas_experiments.study.plan import jobs_of_claims, planned_claims, select_claims
+
+    claims = select_claims(planned_claims(registry, scales), getattr(args, "claim", None))
+    return claims, (jobs_of_claims(claims, registry, jobs) if getattr(args, "claim", None) else list(jobs))
+
+
 def plan_command(args: argparse.Namespace) -> int:
     registry, scales, jobs = _registry_and_jobs(args)
+    claims, mine = _selected(args, registry, scales, jobs)
+    if args.schedule:
+        from atlas_experiments.study import progress, schedule
+
+        pilot = progress.pilot_times(json.loads(Path(args.costs).read_text())) if args.costs else None
+        steps = schedule.verdicts_first(claims, registry, jobs, progress.measure(jobs, args.root), pilot)
+        print(schedule.format_schedule(steps, args.workers))
+        return 0
     if args.progress:
         from atlas_experiments.study import progress
 
         pilot = progress.pilot_times(json.loads(Path(args.costs).read_text())) if args.costs else None
         seconds = progress.measure(jobs, args.root)
-        rows = progress.study_progress(registry, scales, jobs, args.root, pilot, seconds)
+        rows = progress.study_progress(registry, scales, jobs, args.root, pilot, seconds, claims=claims)
         print(progress.format_progress(rows))
         if pilot:
-            print(progress.pace_note(progress.pilot_pace(jobs, seconds, pilot), rows[-1]))
+            print(progress.pace_note(progress.pilot_pace(mine, seconds, pilot), rows[-1]))
         return 0
     if args.pilot:
-        from atlas_experiments.study.plan import planned_claims
         from atlas_experiments.study.power import seeds_for_power
 
         data = json.loads(Path(args.pilot).read_text())
@@ -157,13 +200,13 @@ def plan_command(args: argparse.Namespace) -> int:
         sd = {r["claim"]: max((c["sd"] for c in r.get("comparisons", {}).values() if c.get("sd") is not None),
                               default=float("nan")) for r in records}  # fmt: skip
         print(f"{'claim':<42} {'K':>2} {'pilot sd':>9} {'delta':>6} {'seeds':>5} {'power':>6}  note")
-        for claim in planned_claims(registry, scales):
+        for claim in claims:
             plan = seeds_for_power(sd.get(claim.id, float("nan")), claim.delta, len(claim.comparisons))
             print(f"{claim.id:<42} {plan.comparisons:>2} {plan.sd:>9.4g} {plan.delta:>6g} {plan.n:>5} "
                   f"{plan.power:>6.2f}  {plan.note}")  # fmt: skip
         return 0
     if args.costs:
-        from atlas_experiments.study.plan import claim_jobs, planned_claims
+        from atlas_experiments.study.plan import claim_jobs
 
         timings = {(t["protocol"], t["arm"]): t["job_s"] for t in json.loads(Path(args.costs).read_text())["timings"]}
 
@@ -171,12 +214,12 @@ def plan_command(args: argparse.Namespace) -> int:
             return sum(timings.get((j.protocol.name, j.arm.name if j.arm else "all"), 0.0) for j in some) / 3600
 
         print(f"{'claim':<42} {'jobs':>5} {'CPU-hours':>9}  (jobs shared between claims count for each)")
-        for claim in planned_claims(registry, scales):
-            mine = claim_jobs(claim, registry)
-            print(f"{claim.id:<42} {len(mine):>5} {hours(mine):>9.2f}")
-        print(f"{'all jobs (each once)':<42} {len(jobs):>5} {hours(jobs):>9.2f}")
+        for claim in claims:
+            needed = claim_jobs(claim, registry)
+            print(f"{claim.id:<42} {len(needed):>5} {hours(needed):>9.2f}")
+        print(f"{'all jobs (each once)':<42} {len(mine):>5} {hours(mine):>9.2f}")
         return 0
-    for job in jobs:
+    for job in mine:
         print(job.name)
     return 0
 
@@ -239,11 +282,15 @@ def _pilot_runner(job, root, overrides, *, data):
 
 
 def run_command(args: argparse.Namespace) -> int:
-    _, _, jobs = _registry_and_jobs(args)
+    registry, scales, jobs = _registry_and_jobs(args)
     if args.per_arm and not args.pending:
         raise ValueError("--per-arm: only with --pending")
+    if (args.order != "plan" or args.costs or args.claim) and not args.pending:
+        raise ValueError("--order, --costs and --claim: only with --pending")
     if args.pending:
         from atlas_experiments.study.pending import run_pending
+
+        todo = _pending_order(args, registry, scales, jobs)
 
         child = ["--claims", args.claims, "--scale", args.scale, "--root", args.root]
         for flag, value in (("--parent", args.parent), ("--plan", args.plan), ("--data", args.data),
@@ -255,15 +302,28 @@ def run_command(args: argparse.Namespace) -> int:
             from atlas_experiments.study.pending import pending_jobs
 
             accepted = set(json.loads(Path(args.plan).read_text())["accepted_jobs"])
-            for job in pending_jobs([j for j in jobs if j.name not in accepted], args.root)[0]:
+            for job in pending_jobs([j for j in todo if j.name not in accepted], args.root)[0]:
                 _run_one(job, args, jobs)
-        return 1 if run_pending(jobs, args.root, child, args.workers, per_arm=args.per_arm) else 0
+        return 1 if run_pending(todo, args.root, child, args.workers, per_arm=args.per_arm) else 0
     if args.arm:
         return _run_arm(jobs, args)
     job = next((j for j in jobs if j.name == args.job), None)
     if job is None:
         raise ValueError(f"--job: {args.job!r} is not a job of the plan (see `atlas study plan`)")
     return _run_one(job, args, jobs)
+
+
+def _pending_order(args: argparse.Namespace, registry, scales, jobs):
+    """The jobs `--pending` runs, in the order it starts them: `--claim`'s selection, in plan order or (`--order
+    verdicts-first`) as `atlas study plan --schedule` lists them."""
+    claims, mine = _selected(args, registry, scales, jobs)
+    if args.order == "plan":
+        return mine
+    from atlas_experiments.study import progress, schedule
+
+    pilot = progress.pilot_times(json.loads(Path(args.costs).read_text())) if args.costs else None
+    steps = schedule.verdicts_first(claims, registry, jobs, progress.measure(jobs, args.root), pilot)
+    return schedule.ordered_jobs(steps, mine)
 
 
 def _run_arm(jobs, args: argparse.Namespace) -> int:

@@ -9,8 +9,9 @@ study measures exactly what a user runs; an arm that is a model (a preset plus o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,25 @@ def plan_jobs(registry: Registry, scales: Iterable[str]) -> list[Job]:
                 job = Job(protocol, None if arm.select else arm, seed)
                 jobs.setdefault(job.name, job)
     return list(jobs.values())
+
+
+def select_claims(claims: Sequence[Claim], patterns: str | None) -> list[Claim]:
+    """The claims whose id matches one of the comma-separated glob `patterns` (`mqar_v2.*`, `mqar_v2.deep_memory`);
+    all of them when `patterns` is empty. A pattern that matches no claim is an error naming it."""
+    wanted = [p.strip() for p in (patterns or "").split(",") if p.strip()]
+    if not wanted:
+        return list(claims)
+    unmatched = [p for p in wanted if not any(fnmatchcase(c.id, p) for c in claims)]
+    if unmatched:
+        raise ValueError(f"--claim: no planned claim matches {', '.join(repr(p) for p in unmatched)} "
+                         "(see `atlas study plan --progress`)")  # fmt: skip
+    return [c for c in claims if any(fnmatchcase(c.id, p) for p in wanted)]
+
+
+def jobs_of_claims(claims: Iterable[Claim], registry: Registry, jobs: Sequence[Job]) -> list[Job]:
+    """The jobs of `jobs` (the plan) that `claims` need, in plan order."""
+    needed = {job.name for claim in claims for job in claim_jobs(claim, registry)}
+    return [job for job in jobs if job.name in needed]
 
 
 def claim_jobs(claim: Claim, registry: Registry) -> list[Job]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from statistics import mean, median
 from typing import Any
 
-from atlas_experiments.study.claims import Registry
+from atlas_experiments.study.claims import Claim, Registry
 from atlas_experiments.study.plan import Job, claim_jobs, planned_claims
 from atlas_experiments.study.results import ResultError, load
 from atlas_experiments.study.shared import arm_fingerprint, may_be_twins, shared_from
@@ -127,15 +127,18 @@ def study_progress(
     root: str | Path,
     pilot: dict[tuple[str, str], float] | None = None,
     seconds: dict[str, float] | None = None,
+    claims: Sequence[Claim] | None = None,
 ) -> list[Progress]:
-    """One row per planned claim, then one for every planned job counted once; `pilot` as for `summarise`;
-    `seconds`: `measure(jobs, root)` when the caller has it already."""
+    """One row per planned claim (or per claim of `claims`), then one for every job they need counted once; `pilot`
+    as for `summarise`; `seconds`: `measure(jobs, root)` when the caller has it already."""
     scales = list(scales)
     seconds = measure(jobs, root) if seconds is None else seconds
     keys = run_keys(jobs)
-    rows = [summarise(c.id, claim_jobs(c, registry), seconds, keys, pilot=pilot)
-            for c in planned_claims(registry, scales)]  # fmt: skip
-    return rows + [summarise("all jobs (each once)", jobs, seconds, keys, once=True, pilot=pilot)]
+    claims = planned_claims(registry, scales) if claims is None else claims
+    rows = [summarise(c.id, claim_jobs(c, registry), seconds, keys, pilot=pilot) for c in claims]
+    needed = {job.name for c in claims for job in claim_jobs(c, registry)}
+    mine = [job for job in jobs if job.name in needed]
+    return rows + [summarise("all jobs (each once)", mine, seconds, keys, once=True, pilot=pilot)]
 
 
 def pilot_times(plan: dict[str, Any]) -> dict[tuple[str, str], float]:
