@@ -1,5 +1,5 @@
 """Which unfinished job runs next, so that verdicts arrive soonest: `atlas study run --pending --order
-verdicts-first` and `atlas study plan --schedule` (docs/study.md, "Running the study in stretches").
+verdicts-first` and `atlas study plan --schedule` (docs/study.md, "Long runs, in stretches").
 
 A study that runs in stretches gives a verdict only when every job of a claim is done. Running the plan in its
 listed order spreads the CPU over every claim at once; this order finishes claims one at a time, cheapest first:
