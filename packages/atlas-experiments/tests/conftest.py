@@ -35,3 +35,16 @@ def one_thread():
     waits on the first (several times slower), and one thread also fixes the reduction order."""
     with golden.one_thread():
         yield
+
+
+@pytest.fixture
+def claims_header() -> dict:
+    """The top of a schema-2 claims file (both rules registered, nothing amended): tests add protocols, arms and
+    claims."""
+    return {
+        "schema": 2, "registered": "2026-12-01", "rule": {"alpha": 0.05, "ci_level": 0.90, "min_seeds": 3},
+        "paper": {"version": "v1", "note": "x"},
+        "rule_v2": {"registered": "2026-12-03", "alpha": 0.05, "ci_level": 0.90, "exact_max_n": 12,
+                    "correction": "holm", "power": {"effect": 2.0, "target": 0.8, "min_seeds": 5}},
+        "amendments": [], "tuning_history": [], "not_registered": [],
+    }  # fmt: skip

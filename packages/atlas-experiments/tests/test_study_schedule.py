@@ -21,9 +21,9 @@ MQAR = {"settings": "16x2", "vocab_size": 16, "width": 16, "layers": 1, "steps":
         "test_examples": 4, "memory_head_dim": 8, "memory_expansion": 2, "threads": 1}  # fmt: skip
 
 
-def claims_data() -> dict:
-    """Five claims on one protocol: `base` has finished every seed, `slow` one seed (an hour), `fresh` none (priced
-    by a pilot), `odd` none and no pilot time."""
+def claims_data(header: dict) -> dict:
+    """Four claims on one protocol, four arms: `base` has finished every seed, `slow` one seed (an hour), `fresh`
+    none (priced by a pilot), `odd` none and no pilot time."""
     common = {"paper": {"source": "Table 6", "value": "x"}, "delta": {"value": 0.05, "unit": "accuracy"},
               "metric": {"task": "mqar", "name": "accuracy", "better": "higher"},
               "test": {"scale": "cpu", "testable": True, "protocol": "p", "evidence": "proxy"},
@@ -33,11 +33,7 @@ def claims_data() -> dict:
         return {**common, "id": cid, "statement": cid, "arms": list(arms), "predicted": {"order": list(arms)}}
 
     return {
-        "schema": 2, "registered": "2026-12-01", "rule": {"alpha": 0.05, "ci_level": 0.90, "min_seeds": 3},
-        "paper": {"version": "v1", "note": "x"},
-        "rule_v2": {"registered": "2026-12-03", "alpha": 0.05, "ci_level": 0.90, "exact_max_n": 12,
-                    "correction": "holm", "power": {"effect": 2.0, "target": 0.8, "min_seeds": 5}},
-        "amendments": [], "tuning_history": [], "not_registered": [],
+        **header,
         "protocols": {"p": {"task": "mqar", "scale": "cpu", "size": "tiny", "seeds": [1, 2, 3], "args": MQAR}},
         "arms": {"base": {"preset": "transformer_pp"}, "slow": {"preset": "gated_deltanet"},
                  "fresh": {"preset": "gated_deltanet", "overrides": {"num_memory_heads": 4}},
@@ -56,8 +52,8 @@ def finish(job, root: Path, seconds: float) -> None:
 
 
 @pytest.fixture()
-def study(tmp_path):
-    registry = parse_claims(claims_data())
+def study(tmp_path, claims_header):
+    registry = parse_claims(claims_data(claims_header))
     jobs = plan_jobs(registry, ["cpu"])
     by_name = {j.name: j for j in jobs}
     for seed in (1, 2, 3):
@@ -65,7 +61,7 @@ def study(tmp_path):
     finish(by_name["p/slow/seed1"], tmp_path, 3600.0)
     pilot = {("p", "slow"): 1800.0, ("p", "fresh"): 900.0}  # slow ran 2x the pilot: fresh is priced 1,800 s a job
     claims_file = tmp_path / "claims.yaml"
-    claims_file.write_text(yaml.safe_dump(claims_data()))
+    claims_file.write_text(yaml.safe_dump(claims_data(claims_header)))
     costs = tmp_path / "pilot.json"
     costs.write_text(json.dumps({"timings": [{"protocol": p, "arm": a, "job_s": s} for (p, a), s in pilot.items()]}))
     return registry, jobs, tmp_path, pilot, str(claims_file), str(costs)
