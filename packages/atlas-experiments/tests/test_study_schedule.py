@@ -111,6 +111,7 @@ def test_the_cli_schedules_selects_and_runs_pending_jobs_in_that_order(study, ca
     monkeypatch.setattr(pending, "run_pending", lambda todo, *a, **k: started.extend(j.name for j in todo) or 0)
     argv = ["study", "run", "--pending", "--no-track", *base]
     assert main([*argv, "--order", "verdicts-first", "--costs", costs, "--claim", "k.slow,k.fresh"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[1] == "k.fresh"  # the schedule, printed first
     assert [n for n in started if not n.startswith("p/base")] == [
         "p/fresh/seed1", "p/fresh/seed2", "p/fresh/seed3", "p/slow/seed2", "p/slow/seed3", "p/slow/seed1"]  # fmt: skip
     started.clear()

@@ -323,6 +323,7 @@ def _pending_order(args: argparse.Namespace, registry, scales, jobs):
 
     pilot = progress.pilot_times(json.loads(Path(args.costs).read_text())) if args.costs else None
     steps = schedule.verdicts_first(claims, registry, jobs, progress.measure(jobs, args.root), pilot)
+    print(schedule.format_schedule(steps, args.workers), flush=True)  # the log shows the order it then follows
     return schedule.ordered_jobs(steps, mine)
 
 
