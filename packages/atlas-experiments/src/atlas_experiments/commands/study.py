@@ -168,24 +168,36 @@ def _selected(args: argparse.Namespace, registry, scales, jobs):
     """(the planned claims `--claim` selects, the plan's jobs they need)."""
     from atlas_experiments.study.plan import jobs_of_claims, planned_claims, select_claims
 
-    claims = select_claims(planned_claims(registry, scales), getattr(args, "claim", None))
-    return claims, (jobs_of_claims(claims, registry, jobs) if getattr(args, "claim", None) else list(jobs))
+    claims = select_claims(planned_claims(registry, scales), args.claim)
+    return claims, jobs_of_claims(claims, registry, jobs)
+
+
+def _pilot(args: argparse.Namespace):
+    """{(protocol, arm): projected job seconds} of `--costs`, or None."""
+    from atlas_experiments.study.progress import pilot_times
+
+    return pilot_times(json.loads(Path(args.costs).read_text())) if args.costs else None
+
+
+def _schedule(args: argparse.Namespace, registry, jobs, claims):
+    """The verdicts-first schedule of `claims` (study/schedule.py), priced from `--root` and `--costs`."""
+    from atlas_experiments.study import progress, schedule
+
+    return schedule.verdicts_first(claims, registry, jobs, progress.measure(jobs, args.root), _pilot(args))
 
 
 def plan_command(args: argparse.Namespace) -> int:
     registry, scales, jobs = _registry_and_jobs(args)
     claims, mine = _selected(args, registry, scales, jobs)
     if args.schedule:
-        from atlas_experiments.study import progress, schedule
+        from atlas_experiments.study.schedule import format_schedule
 
-        pilot = progress.pilot_times(json.loads(Path(args.costs).read_text())) if args.costs else None
-        steps = schedule.verdicts_first(claims, registry, jobs, progress.measure(jobs, args.root), pilot)
-        print(schedule.format_schedule(steps, args.workers))
+        print(format_schedule(_schedule(args, registry, jobs, claims), args.workers))
         return 0
     if args.progress:
         from atlas_experiments.study import progress
 
-        pilot = progress.pilot_times(json.loads(Path(args.costs).read_text())) if args.costs else None
+        pilot = _pilot(args)
         seconds = progress.measure(jobs, args.root)
         rows = progress.study_progress(registry, scales, jobs, args.root, pilot, seconds, claims=claims)
         print(progress.format_progress(rows))
@@ -319,12 +331,11 @@ def _pending_order(args: argparse.Namespace, registry, scales, jobs):
     claims, mine = _selected(args, registry, scales, jobs)
     if args.order == "plan":
         return mine
-    from atlas_experiments.study import progress, schedule
+    from atlas_experiments.study.schedule import format_schedule, ordered_jobs
 
-    pilot = progress.pilot_times(json.loads(Path(args.costs).read_text())) if args.costs else None
-    steps = schedule.verdicts_first(claims, registry, jobs, progress.measure(jobs, args.root), pilot)
-    print(schedule.format_schedule(steps, args.workers), flush=True)  # the log shows the order it then follows
-    return schedule.ordered_jobs(steps, mine)
+    steps = _schedule(args, registry, jobs, claims)
+    print(format_schedule(steps, args.workers), flush=True)  # the log shows the order it then follows
+    return ordered_jobs(steps, mine)
 
 
 def _run_arm(jobs, args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ from statistics import mean, median
 from typing import Any
 
 from atlas_experiments.study.claims import Claim, Registry
-from atlas_experiments.study.plan import Job, claim_jobs, planned_claims
+from atlas_experiments.study.plan import Job, claim_jobs, jobs_of_claims, planned_claims
 from atlas_experiments.study.results import ResultError, load
 from atlas_experiments.study.shared import arm_fingerprint, may_be_twins, shared_from
 
@@ -54,7 +54,8 @@ def job_seconds(data: dict[str, Any]) -> float:
     return float(data.get("study", {}).get("wall_s", 0.0))
 
 
-def _group(job: Job) -> tuple[str, str]:
+def arm_group(job: Job) -> tuple[str, str]:
+    """(protocol, arm) of a job: the unit a price or a pilot time belongs to."""
     return job.protocol.name, job.arm.name if job.arm else "all"
 
 
@@ -98,7 +99,7 @@ def summarise(
     by_group: dict[tuple[str, str], list[float]] = {}
     for job in jobs:
         if job.name in seconds:
-            by_group.setdefault(_group(job), []).append(seconds[job.name])
+            by_group.setdefault(arm_group(job), []).append(seconds[job.name])
     computed = {keys[n] for n in seconds if n in keys}  # runs that exist: a twin of one of them shares it
     left, unpriced, from_pilot, pilot_s = 0.0, 0, 0, 0.0
     for job in jobs:
@@ -106,12 +107,12 @@ def summarise(
             continue
         if once and job.name in keys:
             computed.add(keys[job.name])
-        known = by_group.get(_group(job))
+        known = by_group.get(arm_group(job))
         if known:
             left += mean(known)
-        elif _group(job) in pilot:
-            left += pilot[_group(job)]
-            pilot_s += pilot[_group(job)]
+        elif arm_group(job) in pilot:
+            left += pilot[arm_group(job)]
+            pilot_s += pilot[arm_group(job)]
             from_pilot += 1
         else:
             unpriced += 1
@@ -136,8 +137,7 @@ def study_progress(
     keys = run_keys(jobs)
     claims = planned_claims(registry, scales) if claims is None else claims
     rows = [summarise(c.id, claim_jobs(c, registry), seconds, keys, pilot=pilot) for c in claims]
-    needed = {job.name for c in claims for job in claim_jobs(c, registry)}
-    mine = [job for job in jobs if job.name in needed]
+    mine = jobs_of_claims(claims, registry, jobs)
     return rows + [summarise("all jobs (each once)", mine, seconds, keys, once=True, pilot=pilot)]
 
 
@@ -155,8 +155,8 @@ def pilot_pace(
     finished: dict[tuple[str, str], list[float]] = {}
     for job in jobs:
         spent = seconds.get(job.name, 0.0)
-        if spent > 0 and pilot.get(_group(job), 0) > 0:
-            finished.setdefault(_group(job), []).append(spent)
+        if spent > 0 and pilot.get(arm_group(job), 0) > 0:
+            finished.setdefault(arm_group(job), []).append(spent)
     return {group: mean(times) / pilot[group] for group, times in sorted(finished.items())}
 
 

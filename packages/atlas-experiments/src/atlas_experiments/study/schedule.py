@@ -23,7 +23,7 @@ from statistics import mean, median
 
 from atlas_experiments.study.claims import Claim, Registry
 from atlas_experiments.study.plan import Job, claim_jobs
-from atlas_experiments.study.progress import pilot_pace, run_keys
+from atlas_experiments.study.progress import arm_group, pilot_pace, run_keys
 
 
 @dataclass(frozen=True)
@@ -42,21 +42,20 @@ def job_prices(
 ) -> dict[str, float]:
     """{job name: projected seconds} of the unfinished jobs that have a price (module docstring)."""
     pilot = pilot or {}
-    group = _group_of
     finished: dict[tuple[str, str], list[float]] = {}
     for job in jobs:
         if job.name in seconds:
-            finished.setdefault(group(job), []).append(seconds[job.name])
+            finished.setdefault(arm_group(job), []).append(seconds[job.name])
     pace = pilot_pace(jobs, seconds, pilot)
     scale = median(pace.values()) if pace else 1.0
     out = {}
     for job in jobs:
         if job.name in seconds:
             continue
-        if group(job) in finished:
-            out[job.name] = mean(finished[group(job)])
-        elif group(job) in pilot:
-            out[job.name] = pilot[group(job)] * scale
+        if arm_group(job) in finished:
+            out[job.name] = mean(finished[arm_group(job)])
+        elif arm_group(job) in pilot:
+            out[job.name] = pilot[arm_group(job)] * scale
     return out
 
 
@@ -99,6 +98,11 @@ def verdicts_first(
     waiting = [claim.id for claim in claims if left[claim.id]]
     while waiting:
         costs = {claim_id: cost(claim_id) for claim_id in waiting}
+        for claim_id in [c for c in waiting if not costs[c][2]]:  # its jobs all came with the step above
+            steps.append(Step(claim_id, (), 0.0, 0, total))
+            waiting.remove(claim_id)
+        if not waiting:
+            break
         best = min(waiting, key=lambda c: (costs[c][0], costs[c][1], rank[c]))
         unpriced, hours, todo = costs[best]
         for job in todo:
@@ -108,10 +112,6 @@ def verdicts_first(
         total += hours
         steps.append(Step(best, tuple(todo), hours, unpriced, total))
         waiting.remove(best)
-        for claim_id in list(waiting):  # every job of it is now scheduled: it completes with this step
-            if not cost(claim_id)[2]:
-                steps.append(Step(claim_id, (), 0.0, 0, total))
-                waiting.remove(claim_id)
     return steps
 
 
@@ -139,7 +139,3 @@ def format_schedule(steps: Sequence[Step], workers: int = 1) -> str:
     if not steps:
         lines.append("    (every selected claim has all its jobs done)")
     return "\n".join(lines)
-
-
-def _group_of(job: Job) -> tuple[str, str]:
-    return job.protocol.name, job.arm.name if job.arm else "all"
