@@ -20,7 +20,7 @@ priced once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean, median
@@ -57,6 +57,15 @@ def job_seconds(data: dict[str, Any]) -> float:
 def arm_group(job: Job) -> tuple[str, str]:
     """(protocol, arm) of a job: the unit a price or a pilot time belongs to."""
     return job.protocol.name, job.arm.name if job.arm else "all"
+
+
+def times_by_group(jobs: Sequence[Job], seconds: Mapping[str, float]) -> dict[tuple[str, str], list[float]]:
+    """{(protocol, arm): wall seconds of each of its finished jobs}: what an unfinished job of the arm is priced at."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for job in jobs:
+        if job.name in seconds:
+            out.setdefault(arm_group(job), []).append(seconds[job.name])
+    return out
 
 
 def measure(jobs: Iterable[Job], root: str | Path) -> dict[str, float]:
@@ -96,10 +105,7 @@ def summarise(
     elsewhere costs nothing. `once`: the row of every job, where unfinished twins are priced once. `pilot`: {(protocol,
     arm): projected job seconds} for arms with no finished job."""
     keys, pilot = keys or {}, pilot or {}
-    by_group: dict[tuple[str, str], list[float]] = {}
-    for job in jobs:
-        if job.name in seconds:
-            by_group.setdefault(arm_group(job), []).append(seconds[job.name])
+    by_group = times_by_group(jobs, seconds)
     computed = {keys[n] for n in seconds if n in keys}  # runs that exist: a twin of one of them shares it
     left, unpriced, from_pilot, pilot_s = 0.0, 0, 0, 0.0
     for job in jobs:
@@ -107,12 +113,12 @@ def summarise(
             continue
         if once and job.name in keys:
             computed.add(keys[job.name])
-        known = by_group.get(arm_group(job))
-        if known:
-            left += mean(known)
-        elif arm_group(job) in pilot:
-            left += pilot[arm_group(job)]
-            pilot_s += pilot[arm_group(job)]
+        group = arm_group(job)
+        if group in by_group:
+            left += mean(by_group[group])
+        elif group in pilot:
+            left += pilot[group]
+            pilot_s += pilot[group]
             from_pilot += 1
         else:
             unpriced += 1
@@ -155,8 +161,9 @@ def pilot_pace(
     finished: dict[tuple[str, str], list[float]] = {}
     for job in jobs:
         spent = seconds.get(job.name, 0.0)
-        if spent > 0 and pilot.get(arm_group(job), 0) > 0:
-            finished.setdefault(arm_group(job), []).append(spent)
+        group = arm_group(job)
+        if spent > 0 and pilot.get(group, 0) > 0:
+            finished.setdefault(group, []).append(spent)
     return {group: mean(times) / pilot[group] for group, times in sorted(finished.items())}
 
 

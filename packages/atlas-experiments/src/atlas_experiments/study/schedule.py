@@ -23,7 +23,7 @@ from statistics import mean, median
 
 from atlas_experiments.study.claims import Claim, Registry
 from atlas_experiments.study.plan import Job, claim_jobs
-from atlas_experiments.study.progress import arm_group, pilot_pace, run_keys
+from atlas_experiments.study.progress import arm_group, pilot_pace, run_keys, times_by_group
 
 
 @dataclass(frozen=True)
@@ -42,20 +42,18 @@ def job_prices(
 ) -> dict[str, float]:
     """{job name: projected seconds} of the unfinished jobs that have a price (module docstring)."""
     pilot = pilot or {}
-    finished: dict[tuple[str, str], list[float]] = {}
-    for job in jobs:
-        if job.name in seconds:
-            finished.setdefault(arm_group(job), []).append(seconds[job.name])
+    finished = times_by_group(jobs, seconds)
     pace = pilot_pace(jobs, seconds, pilot)
     scale = median(pace.values()) if pace else 1.0
     out = {}
     for job in jobs:
         if job.name in seconds:
             continue
-        if arm_group(job) in finished:
-            out[job.name] = mean(finished[arm_group(job)])
-        elif arm_group(job) in pilot:
-            out[job.name] = pilot[arm_group(job)] * scale
+        group = arm_group(job)
+        if group in finished:
+            out[job.name] = mean(finished[group])
+        elif group in pilot:
+            out[job.name] = pilot[group] * scale
     return out
 
 
