@@ -646,8 +646,9 @@ def test_a_mad_job_runs_resumably_and_the_gate_reads_the_floor(tmp_path):
     assert math.isclose(record["gate"]["comparisons"]["tpp beats gdn"]["value"], low)
 
 
-def test_equal_memory_mad_protocols_show_each_arms_floats_at_the_claims_task(tmp_path):
-    data = mad_claims(match_memory="gated_deltanet")
+@pytest.mark.parametrize("match", ["gated_deltanet", None])
+def test_mad_claims_show_each_arms_floats_at_the_claims_task_with_or_without_equal_memory(tmp_path, match):
+    data = mad_claims(**({"match_memory": match} if match else {}))
     registry = parse_claims(data)
     root = tmp_path / "study"
     for arm, accs in (("tpp", (0.9, 0.8, 0.85)), ("gdn", (0.7, 0.5, 0.6))):

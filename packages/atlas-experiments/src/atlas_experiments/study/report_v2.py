@@ -1,4 +1,4 @@
-"""Rule v2 verdicts with their learning gates and, for equal-memory protocols, every arm's memory floats.
+"""Rule v2 verdicts with their learning gates and, for MQAR and MAD claims, every arm's memory floats.
 
 Values come either from the results of the jobs (`from_results`) or from an earlier report's record
 (`from_record`: the v1 verdicts.json keeps each judged claim's per-seed arm values), so the v1 data can be judged
@@ -19,6 +19,10 @@ from atlas_experiments.study.claims import Claim, Protocol, Registry
 from atlas_experiments.study.decision import DecisionError
 from atlas_experiments.study.plan import planned_claims, progress
 from atlas_experiments.study.results import arm_values
+
+
+# tasks whose arms are sequence models with a memory of a countable size (learnability arms are cells of one stream)
+_MEMORY_TASKS = ("mqar", "mad")
 
 
 def record_values(record: Mapping[str, Any]) -> dict[str, dict[int, float]]:
@@ -148,7 +152,9 @@ def judge_v2(
             out.append({**head, "verdict": "not run", "why": str(exc)})
             continue
         entry = {**head, **judged.to_dict(), "values": values}
-        if protocol.args.get("match_memory"):
+        # every arm's memory size beside its verdict, equal-memory protocol or not: an ablation that also shrinks
+        # the memory (identity features, a linear memory) compares the two together, and the reader should see it
+        if protocol.task in _MEMORY_TASKS:
             entry["memory_floats"] = {arm.name: baselines.memory(protocol.name, arm.name, claim.metric.cell)
                                       for arm in claim.arms}  # fmt: skip
         out.append(entry)
