@@ -20,7 +20,6 @@ from atlas_experiments.study.decision import DecisionError
 from atlas_experiments.study.plan import planned_claims, progress
 from atlas_experiments.study.results import arm_values
 
-
 # tasks whose arms are sequence models with a memory of a countable size (learnability arms are cells of one stream)
 _MEMORY_TASKS = ("mqar", "mad")
 
