@@ -158,13 +158,12 @@ def pilot_pace(
     """{(protocol, arm): mean seconds of its finished jobs / the pilot's projected seconds of one job}, for the arms
     that have both; `seconds` as `measure` gives it (results shared from a twin's run cost nothing and are left
     out)."""
-    finished: dict[tuple[str, str], list[float]] = {}
-    for job in jobs:
-        spent = seconds.get(job.name, 0.0)
-        group = arm_group(job)
-        if spent > 0 and pilot.get(group, 0) > 0:
-            finished.setdefault(group, []).append(spent)
-    return {group: mean(times) / pilot[group] for group, times in sorted(finished.items())}
+    out = {}
+    for group, times in sorted(times_by_group(jobs, seconds).items()):
+        spent = [t for t in times if t > 0]
+        if spent and pilot.get(group, 0) > 0:
+            out[group] = mean(spent) / pilot[group]
+    return out
 
 
 def pace_note(pace: dict[tuple[str, str], float], total: Progress) -> str:
