@@ -1,10 +1,15 @@
 """Atomic text writes: a temporary name in the same directory, then `os.replace`, so a reader (or a crashed run)
-never sees a half-written file under its final name."""
+never sees a half-written file under its final name.
+
+The temporary name is unique to the writer (process id and a random part): two processes writing the same file at
+once (two study workers starting jobs of one arm write its model file) each rename their own temporary file, and
+the last rename wins with a whole file. A shared temporary name made the second rename fail."""
 
 from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +17,14 @@ from typing import Any
 def write_text_atomic(path: str | Path, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

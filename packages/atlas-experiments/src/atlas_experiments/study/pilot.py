@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from atlas_experiments._io import write_text_atomic
 from atlas_experiments.study.plan import Job
 
 # the cost knob per task and the two short sizes the pilot runs
@@ -131,12 +132,7 @@ def check_budget(plan: dict[str, Any], budget_minutes: float) -> None:
 
 
 def write_plan(plan: dict[str, Any], path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(plan, indent=2, sort_keys=True))
-    tmp.replace(path)
-    return path
+    return write_text_atomic(path, json.dumps(plan, indent=2, sort_keys=True))
 
 
 def fit_by_priority(

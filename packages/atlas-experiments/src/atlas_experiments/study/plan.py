@@ -15,6 +15,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from atlas_experiments._io import write_text_atomic
 from atlas_experiments.study._fields import thaw
 from atlas_experiments.study.claims import Arm, Claim, Protocol, Registry
 
@@ -68,10 +69,7 @@ def write_model_files(jobs: Iterable[Job], root: str | Path) -> None:
     for job in jobs:
         path = job.model_file(root)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(model_spec(job.arm), indent=2, sort_keys=True))
-            tmp.replace(path)
+            write_text_atomic(path, json.dumps(model_spec(job.arm), indent=2, sort_keys=True))
 
 
 def planned_claims(registry: Registry, scales: Iterable[str]) -> list[Claim]:
