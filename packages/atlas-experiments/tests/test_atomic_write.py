@@ -14,18 +14,25 @@ from atlas_experiments import _io
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_a_second_writer_between_write_and_rename_does_not_break_the_first(tmp_path, monkeypatch):
-    path = tmp_path / "arms" / "atlas.json"
+def _another_writer_renames_first(monkeypatch, other_write) -> list:
+    """Make the first rename wait for `other_write` (another process writing the same file) to finish; returns the
+    temporary names renamed, in order."""
     real_replace = os.replace
     calls = []
 
-    def replace_after_another_writer(src, dst):
+    def replace(src, dst):
         calls.append(src)
-        if len(calls) == 1:  # another process writes the same file and renames first
-            _io.write_text_atomic(path, "second")
+        if len(calls) == 1:
+            other_write()
         real_replace(src, dst)
 
-    monkeypatch.setattr(_io.os, "replace", replace_after_another_writer)
+    monkeypatch.setattr(_io.os, "replace", replace)
+    return calls
+
+
+def test_a_second_writer_between_write_and_rename_does_not_break_the_first(tmp_path, monkeypatch):
+    path = tmp_path / "arms" / "atlas.json"
+    calls = _another_writer_renames_first(monkeypatch, lambda: _io.write_text_atomic(path, "second"))
     _io.write_text_atomic(path, "first")
     assert len(calls) == 2 and calls[0] != calls[1]
     assert path.read_text() == "first"  # the last rename wins, with a whole file
@@ -52,16 +59,7 @@ def test_model_files_of_one_arm_written_twice_at_once(tmp_path, monkeypatch):
 
     registry = load_claims(ROOT / "config" / "study" / "claims.yaml")
     job = next(j for j in plan_jobs(registry, ["cpu"]) if j.arm is not None)
-    real_replace = os.replace
-    calls = []
-
-    def replace_after_the_other_worker(src, dst):
-        calls.append(src)
-        if len(calls) == 1:
-            write_model_files([job], tmp_path)
-        real_replace(src, dst)
-
-    monkeypatch.setattr(_io.os, "replace", replace_after_the_other_worker)
+    calls = _another_writer_renames_first(monkeypatch, lambda: write_model_files([job], tmp_path))
     write_model_files([job], tmp_path)
     spec = json.loads(job.model_file(tmp_path).read_text())
     assert spec["name"] == job.arm.name and len(calls) == 2
