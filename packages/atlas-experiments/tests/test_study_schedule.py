@@ -119,3 +119,23 @@ def test_the_cli_schedules_selects_and_runs_pending_jobs_in_that_order(study, ca
     assert started[:3] == ["p/base/seed1", "p/base/seed2", "p/base/seed3"] and len(started) == 12
     assert main(["study", "run", "--job", "p/base/seed1", "--order", "verdicts-first", *base]) == 2
     assert "only with --pending" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("per_arm", [False, True])
+def test_a_rerun_appends_to_the_log_of_the_interrupted_attempt(study, monkeypatch, per_arm):
+    """A job resumed from its snapshot keeps the interrupted attempt's output above the new one's."""
+    _, jobs, root, _, _, _ = study
+    job = next(j for j in jobs if j.name == "p/slow/seed2")
+    attempts = iter(["step 250 ... killed\n", "step 5000 mean acc 0.9\n"])
+
+    def fake_run(argv, stdout, **kw):
+        stdout.write(next(attempts))
+        return pending.subprocess.CompletedProcess(argv, 1)
+
+    monkeypatch.setattr(pending.subprocess, "run", fake_run)
+    for _ in range(2):
+        assert pending.run_pending([job], root, ["--no-track"], per_arm=per_arm) == 1
+    log = (root / "logs" / ("p/slow.log" if per_arm else "p/slow/seed2.log")).read_text().splitlines()
+    assert [line.split()[2] for line in log[::2]] == ["start:", "start:"]
+    assert log[0].endswith("--arm p/slow" if per_arm else "--job p/slow/seed2")
+    assert log[1::2] == ["step 250 ... killed", "step 5000 mean acc 0.9"]

@@ -9,6 +9,8 @@ uninterrupted run. A result file that is not the job's own (corrupt or foreign) 
 `--per-arm` groups the jobs by (protocol, arm) instead: one `atlas study run --arm protocol/arm` process per group
 runs that arm's pending seeds in sequence, each seed's result finalized the moment it ends, so a process's start-up
 (imports, a GPU context) is paid once per arm rather than once per seed; its log is `<root>/logs/<protocol>/<arm>.log`.
+
+Logs are appended to, one dated header per attempt, so a rerun keeps what the interrupted attempt printed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from datetime import UTC, datetime
 from pathlib import Path
 
 from atlas_experiments.study.plan import Job
@@ -49,6 +52,17 @@ def group_by_arm(jobs: Sequence[Job]) -> dict[str, list[Job]]:
     return groups
 
 
+def _run_logged(argv: Sequence[str], log: Path, env: dict) -> int:
+    """Run `argv` with its output appended to `log` under a dated header: a job resumed from its snapshot keeps
+    the log of the attempt that was interrupted (where it stopped, what it printed last) above the new one."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as handle:
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        handle.write(f"== {stamp} start: {' '.join(argv[1:])}\n")
+        handle.flush()
+        return subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, env=env, check=False).returncode
+
+
 def run_pending(
     jobs: Sequence[Job], root: str | Path, child_args: Sequence[str], workers: int = 1, per_arm: bool = False
 ) -> int:
@@ -67,11 +81,8 @@ def run_pending(
 
     def one(job: Job) -> tuple[Job, int]:
         log = root / "logs" / f"{job.name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "atlas_experiments.cli", "study", "run", *child_args, "--job", job.name]
-        with log.open("w") as handle:
-            code = subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, env=env, check=False).returncode
-        return job, code
+        return job, _run_logged(argv, log, env)
 
     if per_arm:
         return _run_arms(group_by_arm(todo), root, child_args, workers, env) + len(refused)
@@ -93,11 +104,8 @@ def _run_arms(groups: dict[str, list[Job]], root: Path, child_args: Sequence[str
 
     def one(key: str) -> tuple[str, int]:
         log = root / "logs" / f"{key}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "atlas_experiments.cli", "study", "run", *child_args, "--arm", key]
-        with log.open("w") as handle:
-            code = subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, env=env, check=False).returncode
-        return key, code
+        return key, _run_logged(argv, log, env)
 
     failed = 0
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
