@@ -429,7 +429,8 @@ def test_kill_9_in_the_middle_and_a_rerun_give_the_results_of_an_uninterrupted_r
     killed = tmp_path / "killed"
     runner = pending(killed, start_new_session=True)
     first = killed / "logs" / "mqar_tiny" / "tpp" / "seed1.log"
-    deadline = time.monotonic() + 120  # a line past the attempt header: the job has started
+    deadline = time.monotonic() + 120
+    # a line past the attempt header: the job itself has started
     while not (first.is_file() and first.read_text().count("\n") > 1) and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(0.5)
