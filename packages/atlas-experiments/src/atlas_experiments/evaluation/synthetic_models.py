@@ -12,9 +12,10 @@ arms' memories (heads and inner expansion) to one budget so that accuracies comp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,20 @@ def memory_deviation(
     return dev
 
 
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run with `n` intra-op CPU threads (restored afterwards); None keeps torch's setting."""
+    if not n:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def build_lm(config, seed: int, device: torch.device) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
@@ -257,8 +272,11 @@ class MemoryMatch:
 
 
 def _memory_floats(config, seq_len: int, device: torch.device) -> int:
-    model = build_lm(config, 0, device)
-    return state_size(model, seq_len, config.vocab_size, device)["memory"]
+    # One thread: the count is a shape, and a tiny forward split over threads that other processes keep busy (the
+    # study's workers) ran 25-100x slower than on one (docs/study.md, "Shared runs").
+    with torch_threads(1):
+        model = build_lm(config, 0, device)
+        return state_size(model, seq_len, config.vocab_size, device)["memory"]
 
 
 def memory_target(

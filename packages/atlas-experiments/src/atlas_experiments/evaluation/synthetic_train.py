@@ -11,11 +11,10 @@ answers; macro: the mean per-class recall over the classes present, torchmetrics
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from atlas_experiments.evaluation.synthetic_models import (  # noqa: F401  (re-e
     model_config,
     parse_models,
     state_size,
+    torch_threads,
 )
 from atlas_experiments.train.config import OptimConfig
 from atlas_experiments.train.optim import build_optimizer, lr_at, set_lr
@@ -356,20 +356,6 @@ def parse_pairs(text: str, name: str, form: str) -> tuple[tuple[int, int], ...]:
             raise ValueError(f"{name}: expected {form}, got {item!r}") from exc
         out.append((a, b))
     return tuple(out)
-
-
-@contextlib.contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run with `n` intra-op CPU threads (restored afterwards); None keeps torch's setting."""
-    if not n:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def add_run_options(p: argparse.ArgumentParser, default_out: str) -> None:
