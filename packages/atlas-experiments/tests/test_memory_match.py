@@ -97,18 +97,17 @@ def test_command_option_and_report_column(tmp_path):
     assert line.endswith("| 128 |") and "memory floats (longest T)" in mqar_section(runs)
 
 
-def test_memory_floats_are_counted_on_one_thread(monkeypatch):
+def test_memory_floats_are_counted_on_one_thread():
     # a count is a shape: on cores other processes keep busy, a second thread made the tiny forward 25-100x slower
     import torch
 
     seen = []
-    count = sm.state_size
-    monkeypatch.setattr(sm, "state_size", lambda *a, **k: seen.append(torch.get_num_threads()) or count(*a, **k))
+    model = sm.build_lm(sm.model_config(sm.ModelChoice("d", "deltanet"), **KW), 0, "cpu")
+    model.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        config = sm.model_config(sm.ModelChoice("d", "deltanet"), **KW)
-        assert sm._memory_floats(config, 32, torch.device("cpu")) == 2 * 4 * 16 * 16
+        assert sm.state_size(model, 32, 32, torch.device("cpu"))["memory"] == 2 * 4 * 16 * 16
         assert seen == [1] and torch.get_num_threads() == 2  # restored after the count
     finally:
         torch.set_num_threads(before)

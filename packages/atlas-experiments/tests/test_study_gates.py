@@ -114,6 +114,22 @@ def test_real_baselines_are_computed_from_the_protocol(monkeypatch):
     assert other["mlp"] == pytest.approx(float(mean_predictor_losses(out)[-6:].mean())) and other != base
 
 
+def test_learnability_baselines_draw_streams_on_one_blas_thread(monkeypatch):
+    """The report regenerates every learnability stream; beside busy study workers a second BLAS thread only waits."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    seen = []
+
+    def curve(cfg, name, seed):
+        seen.extend(pool["num_threads"] for pool in threadpool_info())
+        return np.zeros(cfg.seq_len)
+
+    monkeypatch.setattr(gates, "_mean_predictor_curve", curve)
+    with threadpool_limits(2):
+        gates.learnability_mean_baselines({"dim": 8, "seq_len": 64, "rank": 2, "window": 8}, [1], "final_loss")
+    assert seen and set(seen) == {1}
+
+
 def test_per_seed_tables_show_each_arm_once_per_protocol_and_metric():
     """Two claims on one protocol and metric share one table (an arm shared by both appears once); a missing or
     diverged seed shows as a dash; an unjudged record adds nothing."""

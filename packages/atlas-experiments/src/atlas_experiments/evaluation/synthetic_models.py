@@ -218,7 +218,10 @@ def state_size(model: nn.Module, seq_len: int, vocab_size: int, device: torch.de
     was_training = model.training
     model.eval()
     x = (torch.arange(seq_len, device=device) % vocab_size)[None]
-    out = model(input_ids=x, use_cache=True)
+    # One thread: the counts are shapes, and this small forward split over threads that other processes keep busy
+    # (the study's workers) ran 25-100x slower than on one (docs/study.md, "Shared runs").
+    with torch_threads(1):
+        out = model(input_ids=x, use_cache=True)
     model.train(was_training)
     cache = output_cache(out)
     layers = getattr(cache, "layers", None) or []
@@ -272,11 +275,8 @@ class MemoryMatch:
 
 
 def _memory_floats(config, seq_len: int, device: torch.device) -> int:
-    # One thread: the count is a shape, and a tiny forward split over threads that other processes keep busy (the
-    # study's workers) ran 25-100x slower than on one (docs/study.md, "Shared runs").
-    with torch_threads(1):
-        model = build_lm(config, 0, device)
-        return state_size(model, seq_len, config.vocab_size, device)["memory"]
+    model = build_lm(config, 0, device)
+    return state_size(model, seq_len, config.vocab_size, device)["memory"]
 
 
 def memory_target(

@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from threadpoolctl import threadpool_limits
+
 from atlas_experiments.study import _fields as check
 from atlas_experiments.study._fields import ClaimsError
 
@@ -226,13 +228,16 @@ def learnability_mean_baselines(args: Mapping[str, Any], seeds: Sequence[int], m
     repeats = int(args.get("repeats", 1))
     tail = final_window(cfg.seq_len) if metric == "final_loss" else cfg.seq_len
     out = {}
-    for index, name in enumerate(LEARNABILITY_SETTINGS):
-        losses = [
-            float(_mean_predictor_curve(cfg, name, (seed, r, index))[-tail:].mean())
-            for seed in seeds
-            for r in range(repeats)
-        ]
-        out[name] = math.fsum(losses) / len(losses)
+    # one BLAS thread: the streams' small QRs and matmuls gain nothing from a second, and beside the study's
+    # workers on two cores it made `atlas study report` a minute slower (the same numbers either way)
+    with threadpool_limits(1):
+        for index, name in enumerate(LEARNABILITY_SETTINGS):
+            losses = [
+                float(_mean_predictor_curve(cfg, name, (seed, r, index))[-tail:].mean())
+                for seed in seeds
+                for r in range(repeats)
+            ]
+            out[name] = math.fsum(losses) / len(losses)
     return out
 
 
