@@ -104,10 +104,6 @@ def test_memory_floats_are_counted_on_one_thread():
     seen = []
     model = sm.build_lm(sm.model_config(sm.ModelChoice("d", "deltanet"), **KW), 0, "cpu")
     model.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with sm.torch_threads(2):
         assert sm.state_size(model, 32, 32, torch.device("cpu"))["memory"] == 2 * 4 * 16 * 16
         assert seen == [1] and torch.get_num_threads() == 2  # restored after the count
-    finally:
-        torch.set_num_threads(before)

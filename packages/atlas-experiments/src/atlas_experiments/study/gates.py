@@ -27,8 +27,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from threadpoolctl import threadpool_limits
-
 from atlas_experiments.study import _fields as check
 from atlas_experiments.study._fields import ClaimsError
 
@@ -218,6 +216,8 @@ def mad_majority_baselines(args: Mapping[str, Any], seeds: Sequence[int]) -> dic
 def learnability_mean_baselines(args: Mapping[str, Any], seeds: Sequence[int], metric: str) -> dict[str, float]:
     """The mean predictor's loss per stream (setting name), averaged over `seeds`, over the positions the metric
     averages (`final_loss`: the last tenth; `mean_loss`: the whole stream), with the streams the runs trained on."""
+    from threadpoolctl import threadpool_limits
+
     from atlas_data.synthetic.learnability import LEARNABILITY_SETTINGS, LearnabilityConfig
     from atlas_experiments.evaluation.learnability import final_window
 

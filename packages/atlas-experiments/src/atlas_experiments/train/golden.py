@@ -145,14 +145,10 @@ def _fingerprint(data: Path) -> str:
 def one_thread() -> Iterator[None]:
     """torch on one intra-op thread inside the block: fixes the reduction order, and on 2 shared cores a second
     thread mostly waits on the first."""
-    import torch
+    from atlas_experiments.evaluation.synthetic_models import torch_threads
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def run_case(name: str, data: Path, out: Path) -> list[float]:
