@@ -181,15 +181,11 @@ start_warm() {  # the compiled rows' first calls, in the background, for the cor
 }
 stop_warm() {  # before a timed step: nothing may share the GPU with a timing row
   [ -n "$WARM_PID" ] || return 0
-  if [ -n "$SMOKE_FLAG" ] && kill -0 "$WARM_PID" 2>/dev/null; then
+  if kill -0 "$WARM_PID" 2>/dev/null && [ -n "$SMOKE_FLAG" ]; then
     # the smoke steps last seconds, less than the warm-up's own imports on a busy machine; nothing here is timed
     # for real, so the rehearsal lets it finish (within its budget) rather than stop it before its first row
     echo "== compile warm-up: waited for it before step $1 (smoke run)"
-    wait "$WARM_PID" 2>/dev/null
-    WARM_PID=""
-    return 0
-  fi
-  if kill -0 "$WARM_PID" 2>/dev/null; then
+  elif kill -0 "$WARM_PID" 2>/dev/null; then
     kill -TERM "$WARM_PID" 2>/dev/null
     echo "== compile warm-up: stopped before step $1 (what it compiled stays in the cache)"
   else
