@@ -18,8 +18,11 @@ setup:
 run: setup
 	$(VENV)/bin/snakemake --cores $(CORES)
 
+# The suite on TEST_WORKERS processes (pytest-xdist), one test file at a time per worker (conftest.py says why);
+# TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= $(CORES)
 test: setup
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

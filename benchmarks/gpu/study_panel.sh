@@ -67,7 +67,7 @@ if [ "$GROUPING" = per-arm ]; then
   group=(--per-arm)
   [ "$WORKERS" -gt 0 ] || WORKERS=$arms
 else
-  [ "$WORKERS" -gt 0 ] || WORKERS=$(nproc)
+  [ "$WORKERS" -gt 0 ] || WORKERS=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc honours OMP_NUM_THREADS
 fi
 run=(study run "${common[@]}" --pending ${group[@]+"${group[@]}"} --workers "$WORKERS" --no-track --data "$DATA"
   ${plan[@]+"${plan[@]}"})

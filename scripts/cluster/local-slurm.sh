@@ -69,7 +69,8 @@ start_munge() {
 write_conf() {
     local host cpus mem_mb
     host=$(hostname -s)
-    cpus=$(nproc)
+    # GNU nproc honours OMP_NUM_THREADS (a test worker sets 1 for its own threads); the node gets every usable CPU
+    cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
     mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
     mkdir -p "$dir/state" "$dir/spool" "$dir/log"
     local tmp
