@@ -557,6 +557,40 @@ def test_the_report_draws_the_finished_mqar_jobs_learning_curves(tmp_path):
     assert curves_section({}, tmp_path / "none") == ""
 
 
+def test_the_report_shows_accuracy_by_length_where_a_protocol_scores_test_only_settings(tmp_path):
+    """`study.lengths`: for an MQAR protocol with `test_settings`, each arm's mean (min - max) per setting, trained
+    and test-only, and its far-query accuracy, from the finished jobs' metrics; a figure beside it; protocols without
+    test-only settings and jobs without a result are left out; a malformed setting names its protocol."""
+    from atlas_experiments.study.lengths import lengths_section, mqar_lengths, parse_settings
+
+    data = tiny_claims()
+    data["protocols"]["mqar_tiny"]["args"] = {**TINY_MQAR, "test_settings": "64x2"}
+    registry = parse_claims(data)
+    jobs = [j for j in plan_jobs(registry, ["cpu"]) if j.protocol.name == "mqar_tiny"]
+    values = {}
+    for k, job in enumerate(jobs[:-1]):  # the last job has no result
+        a, p = f"{job.arm.name}/d=16", "pairs=2"
+        trained, test, far = values[job.name] = (0.9 - 0.1 * k, 0.5 - 0.1 * k, 0.3 - 0.1 * k)
+        hand_made(job, tmp_path, {f"acc/{a}/len=16/{p}": trained, f"acc/{a}/len=64/{p}": test,
+                                  f"acc_far/{a}/len=64/{p}": far})  # fmt: skip
+    lengths = mqar_lengths(plan_jobs(registry, ["cpu"]), tmp_path)
+    assert set(lengths) == {"mqar_tiny"}
+    entry = lengths["mqar_tiny"]
+    assert entry["trained"] == [(16, 2)] and entry["test"] == [(64, 2)]
+    assert sum(len(seeds) for seeds in entry["arms"].values()) == len(jobs) - 1
+    text = lengths_section(lengths, tmp_path / "out")
+    assert (tmp_path / "out" / "lengths_mqar_tiny.png").is_file()
+    assert "| arm | seeds | T 16 x 2 (trained) | T 64 x 2 (test only) | far queries at T 64 x 2 |" in text
+    arm = jobs[0].arm.name
+    mine = [values[j.name] for j in jobs[:-1] if j.arm.name == arm]
+    cells = [f"{sum(v) / len(v):.3f} ({min(v):.3f} - {max(v):.3f})" for v in zip(*mine)]
+    assert f"| {arm} | {len(mine)} | {' | '.join(cells)} |" in text
+    assert lengths_section({}, tmp_path / "none") == ""
+    assert mqar_lengths(plan_jobs(parse_claims(tiny_claims()), ["cpu"]), tmp_path) == {}  # no test-only settings
+    with pytest.raises(ValueError, match="protocol p, test_settings: setting '64y2'"):
+        parse_settings("32x4,64y2", "protocol p, test_settings")
+
+
 # ------------------------------------------------------------------------------------------------------ MAD jobs
 # A claim names its MAD task (`metric.cell`), a job is `atlas eval mad` with a resume folder, and the
 # majority-class gate's floor is computed from the protocol's own test sets.

@@ -452,9 +452,11 @@ def report_command(args: argparse.Namespace) -> int:
     text = report_v2.render(registry, scales, fresh=fresh, rejudged=rejudged, v1=v1, v1_source=v1_source,
                             others=others, header=header)  # fmt: skip
     from atlas_experiments.study.curves import curves_section, mqar_curves
+    from atlas_experiments.study.lengths import lengths_section, mqar_lengths
 
-    section = curves_section(mqar_curves(done, args.root), args.out)
-    text = f"{text}\n{section}" if section else text
+    for section in (curves_section(mqar_curves(done, args.root), args.out),
+                    lengths_section(mqar_lengths(done, args.root), args.out)):  # fmt: skip
+        text = f"{text}\n{section}" if section else text
     data = {"rule_v2": fresh, "v1_data_rule_v2": rejudged, "rule_v1": v1}
     path = write_report([*fresh, *(rejudged or [])], text, args.out, data)
     for r in rejudged or v2:
