@@ -479,6 +479,11 @@ def test_the_committed_verdicts_regenerate_from_the_committed_results(tmp_path):
     v2_families = ("learnability_v2", "mqar_v2", "mad_v2", "extrapolation_v2")
     assert len(fresh) >= 10 and all(c.startswith(v2_families) for c in fresh)
     assert not set(fresh) & (set(verdicts(made["rule_v1"])) | set(verdicts(made["v1_data_rule_v2"])))
+    # one difference figure per group (recall, learnability, the v1 re-reading), each drawn and shown
+    text = (out / "verdicts.md").read_text()
+    for name in ("verdicts_recall.png", "verdicts_learnability.png", "verdicts_v1_rule_v2.png"):
+        assert (out / name).is_file() and f"]({name})" in text, name
+    assert not (out / "verdicts.png").exists() and "](verdicts.png)" not in text
 
 
 def test_progress_counts_done_jobs_and_prices_the_rest_from_each_arms_finished_ones(tmp_path, capsys):

@@ -458,7 +458,13 @@ def report_command(args: argparse.Namespace) -> int:
                     lengths_section(mqar_lengths(done, args.root), args.out)):  # fmt: skip
         text = f"{text}\n{section}" if section else text
     data = {"rule_v2": fresh, "v1_data_rule_v2": rejudged, "rule_v1": v1}
-    path = write_report([*fresh, *(rejudged or [])], text, args.out, data)
+    path = write_report([*fresh, *(rejudged or [])], text, args.out, data, figure=False)
+    from atlas_experiments.study.figure import differences_figure
+    from atlas_experiments.study.report import FIGURE
+
+    for name, caption, group in report_v2.figure_groups(registry, fresh, rejudged):
+        differences_figure(group, Path(args.out) / name, title=caption[0].upper() + caption[1:])
+    (Path(args.out) / FIGURE).unlink(missing_ok=True)  # the one-figure layout of earlier reports, now split
     for r in rejudged or v2:
         print(f"{r['claim']:<40} {r.get('label', r['verdict'])}")
     print(f"verdicts: {path}")

@@ -17,7 +17,9 @@ from atlas_experiments.plotting import pyplot, save_figure_atomic
 COLOURS = {"holds": "#2a9d8f", "does not hold": "#e76f51", "inconclusive": "#8d99ae", "not resolved (floor)": "#c9c9c9"}
 
 
-def differences_figure(records: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
+def differences_figure(
+    records: Sequence[dict[str, Any]], path: str | Path, title: str = "Claims study: per-seed paired differences"
+) -> Path | None:
     """Write the figure for the judged claims of `records` (`report.judge_all`); None when no claim was judged."""
     rows = []
     for record in records:
@@ -42,6 +44,6 @@ def differences_figure(records: Sequence[dict[str, Any]], path: str | Path) -> P
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("per-seed difference / delta\n(> 0: as the paper predicts; shaded: |d| < delta)", fontsize=8)
-    ax.set_title("Claims study: per-seed paired differences", fontsize=9)
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return save_figure_atomic(fig, path)

@@ -251,6 +251,31 @@ def _counts_table(columns: Mapping[str, Mapping[str, int]]) -> str:
     return table(["verdict", *columns], [[v, *[c.get(v, 0) for c in columns.values()]] for v in names])
 
 
+V1_FIGURE = "verdicts_v1_rule_v2.png"
+
+
+def figure_groups(
+    registry: Registry, fresh: list[dict[str, Any]], rejudged: list[dict[str, Any]] | None
+) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """The report's per-seed difference figures as (file, caption, records), each with at least one judged claim:
+    the fresh verdicts of the recall tasks (MQAR, MAD), the fresh learnability verdicts on their own (some 150
+    comparisons, which in one figure with the rest would bury the dozen recall rows), and the v1 data re-read."""
+
+    def task(record: Mapping[str, Any]) -> str:
+        protocol = registry.protocols.get(record.get("protocol", ""))
+        return protocol.task if protocol else ""
+
+    unit = "in units of each claim's delta"
+    groups = [
+        ("verdicts_recall.png", f"per-seed differences of the recall claims (MQAR, MAD), {unit}",
+         [r for r in fresh if task(r) != "learnability"]),
+        ("verdicts_learnability.png", f"per-seed differences of the learnability claims, {unit}",
+         [r for r in fresh if task(r) == "learnability"]),
+        (V1_FIGURE, f"per-seed differences of the v1 data under rule v2, {unit}", list(rejudged or [])),
+    ]  # fmt: skip
+    return [g for g in groups if any("comparisons" in r for r in g[2])]
+
+
 def render(
     registry: Registry,
     scales: Iterable[str],
@@ -269,6 +294,8 @@ def render(
         columns["v1 data, rule v2 (not new evidence)"] = counts([*rejudged, *others])
     columns["rule v1, v1 data (as registered)"] = counts(v1)
     judged_fresh = [r for r in fresh if "comparisons" in r]
+    figures = figure_groups(registry, fresh, rejudged)
+    fresh_figures = [f"![{caption}]({name})\n" for name, caption, _ in figures if name != V1_FIGURE]
     out = [
         "# The claims study: verdicts\n",
         f"Claims registered {registry.registered} (`config/study/claims.yaml`, {len(registry.amendments)} amendments), "
@@ -287,7 +314,7 @@ def render(
         out += [
             summary_table(fresh),
             "",
-            "![per-seed differences, in units of each claim's delta](verdicts.png)\n",
+            *fresh_figures,
             "### Per-seed values\n",
             per_seed_tables(registry, fresh),
         ]
@@ -303,7 +330,7 @@ def render(
             "was registered; they are a re-reading, not a test.\n",
             summary_table(rejudged),
             "",
-            "![per-seed differences of the v1 data under rule v2, in units of each claim's delta](verdicts.png)\n",
+            *[f"![{caption}]({name})\n" for name, caption, _ in figures if name == V1_FIGURE],
             "### Learning gates on the v1 data\n",
             "Each comparison's best arm against the protocol's baseline, computed from the protocol's own data "
             "(MQAR: copying a random context value, 1 / pairs per setting; learnability: the stream's mean output "
