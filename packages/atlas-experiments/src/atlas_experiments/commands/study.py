@@ -458,7 +458,7 @@ def report_command(args: argparse.Namespace) -> int:
                     lengths_section(mqar_lengths(done, args.root), args.out)):  # fmt: skip
         text = f"{text}\n{section}" if section else text
     data = {"rule_v2": fresh, "v1_data_rule_v2": rejudged, "rule_v1": v1}
-    path = write_report([*fresh, *(rejudged or [])], text, args.out, data, figure=False)
+    path = write_report([*fresh, *(rejudged or [])], text, args.out, data)
     from atlas_experiments.study.figure import differences_figure
     from atlas_experiments.study.report import FIGURE
 

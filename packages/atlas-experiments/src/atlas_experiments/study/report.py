@@ -145,17 +145,11 @@ def render(
     return "\n".join(out)
 
 
-def write_report(
-    records: list[dict[str, Any]], text: str, out_dir: str | Path, data: Any = None, figure: bool = True
-) -> Path:
-    """verdicts.json (`data`, else `records`), verdicts.md and (when a claim of `records` was judged and `figure`)
-    the figure, each written atomically. The rule v2 report draws its own figures (`report_v2.figure_groups`)."""
-    from atlas_experiments.study.figure import differences_figure
-
+def write_report(records: list[dict[str, Any]], text: str, out_dir: str | Path, data: Any = None) -> Path:
+    """verdicts.json (`data`, else `records`) and verdicts.md, each written atomically. The figures are drawn by the
+    caller (`report_v2.figure_groups`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if figure:
-        differences_figure(records, out_dir / FIGURE)
     record = json.dumps(_finite(records if data is None else data), indent=2)
     for name, body in (("verdicts.json", record), ("verdicts.md", text)):
         tmp = out_dir / f".{name}.tmp"
