@@ -459,12 +459,7 @@ def report_command(args: argparse.Namespace) -> int:
         text = f"{text}\n{section}" if section else text
     data = {"rule_v2": fresh, "v1_data_rule_v2": rejudged, "rule_v1": v1}
     path = write_report([*fresh, *(rejudged or [])], text, args.out, data)
-    from atlas_experiments.study.figure import differences_figure
-    from atlas_experiments.study.report import FIGURE
-
-    for name, caption, group in report_v2.figure_groups(registry, fresh, rejudged):
-        differences_figure(group, Path(args.out) / name, title=caption[0].upper() + caption[1:])
-    (Path(args.out) / FIGURE).unlink(missing_ok=True)  # the one-figure layout of earlier reports, now split
+    report_v2.write_figures(registry, fresh, rejudged, args.out)
     for r in rejudged or v2:
         print(f"{r['claim']:<40} {r.get('label', r['verdict'])}")
     print(f"verdicts: {path}")

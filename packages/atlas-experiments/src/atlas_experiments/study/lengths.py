@@ -16,24 +16,13 @@ from pathlib import Path
 from statistics import mean
 
 from atlas_experiments.plotting import pyplot, save_figure_atomic
+from atlas_experiments.study import gates
 from atlas_experiments.study.plan import Job
 from atlas_experiments.study.results import ResultError, load
 
 Setting = tuple[int, int]  # (sequence length T, key-value pairs)
 # protocol -> {"trained": [...], "test": [...], "arms": arm -> seed -> {"acc": {setting: x}, "far": {setting: x}}}
 Lengths = dict[str, dict]
-
-
-def parse_settings(text: str, where: str) -> list[Setting]:
-    """Parse "32x4,64x8" into [(32, 4), (64, 8)]; `where` names the protocol argument in the error."""
-    out = []
-    for part in str(text).split(","):
-        try:
-            length, pairs = (int(x) for x in part.strip().lower().split("x"))
-        except ValueError:
-            raise ValueError(f"{where}: setting {part.strip()!r} is not <length>x<pairs>") from None
-        out.append((length, pairs))
-    return out
 
 
 def _cell(setting: Setting) -> str:
@@ -51,11 +40,9 @@ def mqar_lengths(jobs: Sequence[Job], root: str | Path) -> Lengths:
             metrics = load(job, root).get("metrics", {})
         except (FileNotFoundError, ResultError):
             continue
-        where = f"protocol {protocol.name}"
-        trained = parse_settings(protocol.args["settings"], f"{where}, settings")
-        test = parse_settings(protocol.args["test_settings"], f"{where}, test_settings")
-        width = str(protocol.args.get("width", 64)).split(",")[0].strip()  # the study's MQAR protocols run one width
-        prefix = f"{job.arm.name}/d={width}"
+        mqar = gates.mqar_protocol(protocol.args)
+        trained, test = list(mqar.settings), list(mqar.test_settings)
+        prefix = f"{job.arm.name}/d={mqar.widths[0]}"  # a study protocol runs one width
         acc = {s: metrics[f"acc/{prefix}/{_cell(s)}"] for s in trained + test if f"acc/{prefix}/{_cell(s)}" in metrics}
         if not acc:
             continue

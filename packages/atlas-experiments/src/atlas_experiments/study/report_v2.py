@@ -267,13 +267,25 @@ def figure_groups(
 
     unit = "in units of each claim's delta"
     groups = [
-        ("verdicts_recall.png", f"per-seed differences of the recall claims (MQAR, MAD), {unit}",
+        ("verdicts_recall.png", f"Per-seed differences of the recall claims (MQAR, MAD), {unit}",
          [r for r in fresh if task(r) != "learnability"]),
-        ("verdicts_learnability.png", f"per-seed differences of the learnability claims, {unit}",
+        ("verdicts_learnability.png", f"Per-seed differences of the learnability claims, {unit}",
          [r for r in fresh if task(r) == "learnability"]),
-        (V1_FIGURE, f"per-seed differences of the v1 data under rule v2, {unit}", list(rejudged or [])),
+        (V1_FIGURE, f"Per-seed differences of the v1 data under rule v2, {unit}", list(rejudged or [])),
     ]  # fmt: skip
     return [g for g in groups if any("comparisons" in r for r in g[2])]
+
+
+def write_figures(
+    registry: Registry, fresh: list[dict[str, Any]], rejudged: list[dict[str, Any]] | None, out_dir: str | Path
+) -> None:
+    """Draw `figure_groups` into `out_dir`, and remove the single `verdicts.png` of earlier reports."""
+    from atlas_experiments.study.figure import differences_figure
+    from atlas_experiments.study.report import FIGURE
+
+    for name, caption, records in figure_groups(registry, fresh, rejudged):
+        differences_figure(records, Path(out_dir) / name, title=caption)
+    (Path(out_dir) / FIGURE).unlink(missing_ok=True)
 
 
 def render(
