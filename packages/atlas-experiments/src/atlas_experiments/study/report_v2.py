@@ -252,6 +252,7 @@ def _counts_table(columns: Mapping[str, Mapping[str, int]]) -> str:
 
 
 V1_FIGURE = "verdicts_v1_rule_v2.png"
+STALE_FIGURE = "verdicts.png"  # the single figure of reports before the split
 
 
 def figure_groups(
@@ -281,11 +282,10 @@ def write_figures(
 ) -> None:
     """Draw `figure_groups` into `out_dir`, and remove the single `verdicts.png` of earlier reports."""
     from atlas_experiments.study.figure import differences_figure
-    from atlas_experiments.study.report import FIGURE
 
     for name, caption, records in figure_groups(registry, fresh, rejudged):
         differences_figure(records, Path(out_dir) / name, title=caption)
-    (Path(out_dir) / FIGURE).unlink(missing_ok=True)
+    (Path(out_dir) / STALE_FIGURE).unlink(missing_ok=True)
 
 
 def render(

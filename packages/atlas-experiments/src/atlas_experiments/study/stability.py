@@ -3,7 +3,7 @@
 The issue the study answers requires that rerunning with other seeds moves a verdict at most to its neighbour
 (holds <-> inconclusive <-> does not hold). This check says, per comparison and per claim, whether one plausible
 extra seed (mean +- 2 sd of the observed differences; about the 2.5 % tail of a normal spread either way) would
-already move it. *stable*: neither extra seed changes the verdict. *fragile*: one of them does, and the report
+already move it. *stable*: neither extra seed changes the verdict. *fragile*: one of them does, and the record
 names the verdict it would move to. It is a reading aid, computed with the registered rule itself
 (`decision.decide`), not part of that rule: the pre-registered verdict is the one reported.
 """
@@ -55,9 +55,3 @@ def claim_stability(record: Mapping[str, Any]) -> dict[str, Any] | None:
     verdict = record["verdict"]
     moves = sorted({str(v) for v in (combine(lows), combine(highs)) if str(v) != verdict})
     return {"stable": not moves, "moves_to": moves, "comparisons": per}
-
-
-def label(stability: Mapping[str, Any] | None) -> str:
-    if stability is None:
-        return ""
-    return "stable" if stability["stable"] else "fragile (-> " + " / ".join(stability["moves_to"]) + ")"
