@@ -102,6 +102,12 @@ def test_the_cpu_side_turns_the_returned_files_into_rows_and_verdicts(rehearsal,
                                                    "torch chunk op, compiled"]  # fmt: skip
     assert "(warm-up, not timed)" in timing[5] and "% |" in timing[6]  # the warm-up's row, then the timed one
     assert "skipped: flash-linear-attention" in timing[1] or "ms" not in timing[1]
+    # after the timed rows, one profiled step per timed row: kernels launched, busy time, the busiest kernel
+    profiled = [r.split(" | ") for r in rows if r.startswith(("| tiny | triton |", "| tiny | torch chunk op"))]
+    assert [(r[1], r[2]) for r in profiled] == [("triton", "gated-delta c=1"), ("torch chunk op", "gated-delta c=1"),
+                                                ("triton", "omega c=4"), ("torch chunk op", "omega c=4"),
+                                                ("torch chunk op, compiled", "gated-delta c=1")]  # fmt: skip
+    assert all(int(r[4].replace(",", "")) > 0 and r[7].startswith("`") for r in profiled)
     atlas = [r for r in rows if r.startswith("| tiny | 21 | 1 |")]
     assert [r.split(" | ")[3] for r in atlas] == list(cases.ATLAS_CONFIGS)[:2]
     assert atlas[0].endswith("| 1.0x |") and not [r for r in atlas if "ERROR" in r or "skipped" in r]

@@ -233,3 +233,36 @@ def test_a_short_budget_reports_the_first_call_and_saves_every_row(monkeypatch):
     assert len(rows) == len(cases.ATLAS_CONFIGS) == len(saved)
     assert all("(first call only)" in row and row.split(" | ")[4] == "-" for row in rows)
     assert [len(s) for s in saved] == sorted(len(s) for s in saved) and saved[-1] == lines
+
+
+def test_a_step_profile_counts_top_level_calls_on_a_cpu():
+    import torch
+    from step_profile import profile_step
+
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+
+    def step():
+        torch.relu(torch.mm(a, b))  # two top-level calls; their inner calls are not counted again
+
+    prof = profile_step(step)
+    assert prof.kernels == 2 and prof.top_name in ("aten::mm", "aten::relu")
+    assert 0 < prof.top_ms <= prof.busy_ms
+
+
+def test_a_step_profile_on_a_gpu_counts_device_events_only_and_names_the_busiest():
+    from types import SimpleNamespace
+
+    from step_profile import StepProfile, summarize
+    from torch.autograd import DeviceType
+
+    def event(name, us, device):
+        return SimpleNamespace(name=name, device_type=device, cpu_parent=None,
+                               time_range=SimpleNamespace(elapsed_us=lambda: us))  # fmt: skip
+
+    events = [event("aten::mm", 900.0, DeviceType.CPU), event("_linear_bwd_kernel", 300.0, DeviceType.CUDA),
+              event("void at::native::vectorized_elementwise_kernel<4, Add>(int)", 50.0, DeviceType.CUDA),
+              event("void at::native::vectorized_elementwise_kernel<4, Add>(int)", 50.0, DeviceType.CUDA)]  # fmt: skip
+    prof = summarize(events, on_cuda=True)
+    assert prof == StepProfile(kernels=3, busy_ms=0.4, top_name="_linear_bwd_kernel", top_ms=0.3)
+    assert prof.cells(step_ms=1.6) == ["3", "0.40", "25%", "`_linear_bwd_kernel` (75%)"]
+    assert summarize([], on_cuda=True).cells(1.0) == ["0", "0.00", "0%", "n/a"]

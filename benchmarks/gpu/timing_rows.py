@@ -13,8 +13,10 @@ backend); otherwise every row says so. Its first call compiles (tens of seconds)
 `--warm` runs each compiled row's first calls untimed: session.sh starts it in the background while the correctness
 steps run, with inductor's cache folder (TORCHINDUCTOR_CACHE_DIR) shared with the compiled step, which then loads the
 compiled graphs instead of generating them (on a CPU, a second process's first call of the compiled Omega op took 5.6
-s instead of 32.6 s). The helpers (shapes, FLOP model, bench_ms) are `kernels_gpu_cases.py`'s; the table is rewritten
-(temp file, then rename) after every row.
+s instead of 32.6 s). After the timed rows, while the budget lasts, each timed row's step runs once more under
+torch.profiler (step_profile.py: kernels launched, busy time and its share of the timed step, the busiest kernel);
+`--no-profile` leaves that table out. The helpers (shapes, FLOP model, bench_ms) are `kernels_gpu_cases.py`'s; the
+table is rewritten (temp file, then rename) after every row.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ if "--smoke" in sys.argv:  # the interpreter must be on before anything imports 
 
 import kernels_gpu_cases as cases  # noqa: E402
 import torch  # noqa: E402
+from step_profile import profile_step  # noqa: E402
 
 COMPILED_CONFIGS = ["gated-delta c=1", "omega c=4", "mlp omega gd c=4"]
 # torch.compile backend of the compiled rows: True = inductor (the real rows); the smoke run traces with "eager",
@@ -101,8 +104,48 @@ def warm(step, forward) -> float:
     return time.time() - start
 
 
-def table(kind: str, budget_s: float, peak: float, save, warm_only: bool = False) -> list[str]:
+PROFILE_HEAD = [
+    "## Where a step's time goes (one profiled fwd+bwd per timed row, after every row's timing)",
+    "",
+    "Kernels: device operations one step launches; busy: their summed time; busy share: of the timed fwd+bwd (far "
+    "below 100%: the device waits on the host between launches); the busiest kernel's share of busy "
+    "(benchmarks/gpu/step_profile.py).",
+    "",
+    "| model | implementation | config | fwd+bwd ms (timed) | kernels per step | busy ms | busy share "
+    "| busiest kernel (share of busy) |",
+    "|---|---|---|---|---|---|---|---|",
+]
+
+
+def profile_rows(timed: list[tuple], deadline: float, lines: list[str], save) -> None:
+    """One profiled step per timed row, in order, while the budget lasts; the table is saved after each."""
+    lines += ["", *PROFILE_HEAD]
+    for model, impl, cname, factory, fargs, full in timed:
+        row = f"| {model} | {impl} | {cname} | {full:.2f} |"
+        if time.time() > deadline - 10:
+            lines.append(row + " skipped (time budget) | | | |")
+            save(lines)
+            continue
+        try:
+            step, _, leaves = factory(*fargs)[0]
+            step()  # the row's compiled kernels are cached in this process: this call only warms
+            for leaf in leaves:  # as the timed calls ran: no gradient to accumulate into
+                leaf.grad = None
+            lines.append(row + " " + " | ".join(profile_step(step).cells(full)) + " |")
+        except Exception as exc:
+            lines.append(row + f" ERROR {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+                         " | | | |")  # fmt: skip
+            traceback.print_exc()
+        finally:
+            if cases.DEVICE == "cuda":
+                torch.cuda.empty_cache()
+        print(lines[-1], flush=True)
+        save(lines)
+
+
+def table(kind: str, budget_s: float, peak: float, save, warm_only: bool = False, profile: bool = True) -> list[str]:
     deadline = time.time() + budget_s
+    timed = []  # (model, implementation, config, factory, its arguments, fwd+bwd ms) of every timed row
     lines = [
         f"## Forward + backward ({kind}; bf16, {cases.TOKENS_PER_BATCH} tokens per batch)",
         "",
@@ -142,6 +185,7 @@ def table(kind: str, budget_s: float, peak: float, save, warm_only: bool = False
                     else:
                         flops = cases.linear_memory_flops(B, T, H, D, D, cfg.chunk_size, cfg.window, cfg.decay_first)
                     tflops = flops / (full * 1e-3) / 1e12
+                    timed.append((model, impl, cname, factory, fargs, full))
                     lines.append(row + f" {fwd:.2f} | {full:.2f} | {B * T / (full * 1e-3):,.0f} | {tflops:.1f} | "
                                  f"{100 * tflops / peak:.1f}% |")  # fmt: skip
             except Exception as exc:  # the row says what went wrong; the next one runs
@@ -153,6 +197,8 @@ def table(kind: str, budget_s: float, peak: float, save, warm_only: bool = False
                     torch.cuda.empty_cache()
             print(lines[-1], flush=True)
             save(lines)
+    if profile and not warm_only:
+        profile_rows(timed, deadline, lines, save)
     return lines
 
 
@@ -163,6 +209,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--smoke", action="store_true", help="CPU, Triton interpreter, tiny shapes")
     ap.add_argument("--warm", action="store_true", help="with --rows compiled: compile every row, time none")
+    ap.add_argument("--no-profile", action="store_true", help="no profiled step after the timed rows")
     args = ap.parse_args()
     if args.warm and args.rows != "compiled":
         ap.error("--warm: only the compiled rows have compiles to warm (--rows compiled)")
@@ -187,7 +234,9 @@ def main() -> int:
 
     start = time.time()
     peak = float("nan") if args.warm else cases.matmul_tflops()  # the warm-up shares the GPU: it measures nothing
-    lines = table(args.rows, args.budget - (time.time() - start), peak, save, warm_only=args.warm)
+    lines = table(
+        args.rows, args.budget - (time.time() - start), peak, save, warm_only=args.warm, profile=not args.no_profile
+    )
     lines += ["", f"Wall time: {time.time() - start:.0f} s (budget {args.budget:.0f} s)."]
     save(lines, done=True)
     return 0
