@@ -34,6 +34,8 @@ class StepProfile:
 
     def cells(self, step_ms: float) -> list[str]:
         """Table cells: kernels, busy ms, busy share of the timed step, busiest kernel (its share of busy)."""
+        if self.kernels == 0:  # e.g. the profiler could not attach to the GPU (CUPTI refused): not a 0% busy GPU
+            return ["none recorded (the profiler saw no kernels)", "", "", ""]
         share = f"{100 * self.busy_ms / step_ms:.0f}%" if step_ms > 0 else "n/a"
         top = f"`{short(self.top_name)}` ({100 * self.top_ms / self.busy_ms:.0f}%)" if self.busy_ms > 0 else "n/a"
         return [f"{self.kernels:,}", f"{self.busy_ms:.2f}", share, top]
@@ -51,7 +53,8 @@ def summarize(events, on_cuda: bool) -> StepProfile:
     kernels = 0
     for ev in events:
         if on_cuda:
-            if ev.device_type != DeviceType.CUDA:
+            # a record_function range shows on the GPU timeline too: it spans kernels, it is none
+            if ev.device_type != DeviceType.CUDA or getattr(ev, "is_user_annotation", False):
                 continue
         else:
             parent = ev.cpu_parent
