@@ -73,10 +73,15 @@ def test_every_step_runs_once_in_order_and_leaves_its_output(rehearsal):
     for s in steps:
         assert s["output"] in names and (res / s["output"]).stat().st_size > 0, s
     assert not [n for n in names if "checkpoints" in n or n.endswith(".tmp")]
-    # the compiled rows' first calls ran in the background beside the correctness steps, into the shared cache
-    assert "compile warm-up: started in the background" in log and "compile_warm.md" in names
-    assert log.index("compile warm-up: ") < log.index("== step timing (")
+    # the timed rows' first calls ran in the background beside the correctness steps, into the shared caches: the
+    # eager rows' Triton kernels (the torch rows compile nothing), then the compiled rows
+    assert "compile warm-up (eager compiled): started in the background" in log
+    assert {"compile_warm.md", "compile_warm_eager.md"} <= names
+    assert log.index("compile warm-up") < log.index("== step timing (")
     assert "(warm-up, not timed)" in (res / "compile_warm.md").read_text()
+    eager = (res / "compile_warm_eager.md").read_text()
+    assert "| triton | gated-delta c=1 | compiled in" in eager
+    assert "| torch chunk op | omega c=4 | nothing to compile" in eager
     assert "inductor-cache" not in " ".join(names)
     # the sanitizer ran racecheck on the MLP forward, limited to that kernel
     args = (stubs / "sanitizer-args").read_text()
@@ -96,12 +101,13 @@ def test_the_cpu_side_turns_the_returned_files_into_rows_and_verdicts(rehearsal,
     assert text == (returned / "summary.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     assert "| mlp-d16-h16-w4 | 16 | 64 | 16 | 4 |" in text and "| newton-schulz k=5 | 2x16x24 | bf16 |" in text
+    # the eager rows' warm-up, their timing, the compiled row's warm-up, its timing
     timing = [r for r in rows if r.startswith("| tiny | 70 | 1 |")]
-    assert [r.split(" | ")[3] for r in timing] == ["triton", "fla chunk_gated_delta_rule", "torch chunk op", "triton",
-                                                   "torch chunk op", "torch chunk op, compiled",
-                                                   "torch chunk op, compiled"]  # fmt: skip
-    assert "(warm-up, not timed)" in timing[5] and "% |" in timing[6]  # the warm-up's row, then the timed one
-    assert "skipped: flash-linear-attention" in timing[1] or "ms" not in timing[1]
+    eager = ["triton", "fla chunk_gated_delta_rule", "torch chunk op", "triton", "torch chunk op"]
+    assert [r.split(" | ")[3] for r in timing] == [*eager, *eager, *["torch chunk op, compiled"] * 2]
+    assert "(warm-up, not timed)" in timing[0] and "nothing to compile" in timing[2] and "% |" in timing[5]
+    assert "(warm-up, not timed)" in timing[10] and "% |" in timing[11]
+    assert "skipped: flash-linear-attention" in timing[6] or "ms" not in timing[6]
     # after the timed rows, one profiled step per timed row: kernels launched, busy time, the busiest kernel
     profiled = [r.split(" | ") for r in rows if r.startswith(("| tiny | triton |", "| tiny | torch chunk op"))]
     assert [(r[1], r[2]) for r in profiled] == [("triton", "gated-delta c=1"), ("torch chunk op", "gated-delta c=1"),

@@ -58,14 +58,16 @@ def test_steps_selects_the_session_steps(tmp_path, steps, expected):
         assert marker in call, (call, marker)
     ran = [line.split("\t")[0] for line in (tmp_path / "res" / "steps.tsv").read_text().splitlines()[1:]]
     assert ran == ["env", *[s for s in ("mlp_sweep", "newton_schulz", "timing", "compiled", "atlas") if s in steps]]
-    # the warm-up starts only with the compiled step and a correctness step to run beside (ns: 20 s), and is over
-    # before the compiled step starts
+    # the warm-up starts only with a timed step to warm (timing, compiled) and a correctness step to run beside (ns:
+    # 20 s), and is over before the compiled step starts
     log = (tmp_path / "out" / "session.log").read_text()
-    warmed = "compile warm-up: started in the background for at most 20 s" in log
+    warmed = "compile warm-up (compiled): started in the background for at most 20 s" in log
     assert warmed == (steps == "newton_schulz compiled")
     if warmed:
-        assert log.index("compile warm-up: ") < log.index("== step compiled") and "before step compiled" in log
+        assert log.index("compile warm-up") < log.index("== step compiled") and "before step compiled" in log
         assert "compile_warm" not in " ".join(calls)
+        warm_calls = [c for c in lines if "--warm" in c]
+        assert len(warm_calls) == 1 and "--rows compiled --warm --budget 20" in warm_calls[0]
     # a step whose command wrote nothing still leaves its file, saying why
     assert "no output: step" in (tmp_path / "res" / "env.txt").read_text()
 

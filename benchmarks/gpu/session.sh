@@ -21,11 +21,12 @@
 #   atlas          50  kernels_gpu.py --only atlas --quick: Atlas at 760M beside its GD twin        atlas.md
 #   panel         200  the study panel (study_panel.sh: no pilot, no tracking, processes side by side;
 #                      PLAN = benchmarks/gpu/panel_plan.json if present: its jobs and grouping)    panel/
-# With the compiled step selected, its graphs compile in the background from the end of env (timing_rows.py --rows
-# compiled --warm, niced, 4 compile threads, log compile_warm.log) while the correctness steps run, for at most
-# the sum of their limits; it is stopped before the first timed step (timing, compiled, atlas or panel), so that
-# nothing shares the GPU with a timing row. The compiled step reads the same inductor cache (TORCHINDUCTOR_CACHE_DIR,
-# default $RES/inductor-cache, left out of the archive) and loads what the warm-up compiled.
+# With the timing or the compiled step selected, their rows' first calls run in the background from the end of env
+# (timing_rows.py --warm: the eager rows' Triton kernels first, seconds, then the compiled rows' graphs, niced, 4
+# compile threads; log compile_warm.log) while the correctness steps run, for at most the sum of their limits; it is
+# stopped before the first timed step (timing, compiled, atlas or panel), so that nothing shares the GPU with a
+# timing row. The timed steps read the same caches (TRITON_CACHE_DIR, default $RES/triton-cache, and
+# TORCHINDUCTOR_CACHE_DIR, default $RES/inductor-cache, both left out of the archive) and load what it compiled.
 # A step that fails or runs out of time does not stop the next. Each step's output lands in RES (default
 # /tmp/atlas-gpu-call) when the step ends (tables: temp file, then rename, after every row or case); after every
 # step RES is packed into $OUT/gpu-call.tar.gz (again temp file, then rename; training checkpoints left out), so
@@ -69,6 +70,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH="$PWD/packages/atlas-kernels/src${PYTHONPATH:+:$PYTHONPATH}"
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$RES/inductor-cache}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$RES/triton-cache}
 export RES PY SMOKE_FLAG
 echo "GPU call: $(date -u +%FT%TZ), limits sum to $total s, results in $RES, returned from $OUT"
 
@@ -139,7 +141,7 @@ record() {  # step, limit, wall, rc: one line of steps.tsv, rewritten whole (tem
 }
 pack() {  # RES as one archive in OUT; tar's exit 1 (a file changed while read) still leaves a whole archive
   tar -czf "$OUT/gpu-call.tar.gz.tmp" -C "$RES" --exclude=checkpoints --exclude=loss_curve.png \
-    --exclude=inductor-cache --exclude='*.tmp' . 2>/dev/null
+    --exclude=inductor-cache --exclude=triton-cache --exclude='*.tmp' . 2>/dev/null
   [ $? -le 1 ] && mv -f "$OUT/gpu-call.tar.gz.tmp" "$OUT/gpu-call.tar.gz"
 }
 run_step() {
@@ -165,17 +167,27 @@ run_step() {
 }
 
 WARM_PID=""
-start_warm() {  # the compiled rows' first calls, in the background, for the correctness steps' time
-  local budget=0 name
-  [[ "$SELECTED" == *" compiled "* ]] || return 0
+warm_rows() {  # ROWS in order (eager: Triton compiles, seconds; compiled: inductor, tens of seconds)
+  local rows out
+  for rows in $ROWS; do
+    out=compile_warm.md
+    [ "$rows" = compiled ] || out=compile_warm_$rows.md
+    "$PY" benchmarks/gpu/timing_rows.py --rows "$rows" --warm --budget "$BUDGET" $SMOKE_FLAG --out "$RES/$out"
+  done
+}
+export -f warm_rows
+start_warm() {  # the timed rows' first calls, in the background, for the correctness steps' time
+  local budget=0 name rows=""
+  [[ "$SELECTED" == *" timing "* ]] && rows="eager"
+  [[ "$SELECTED" == *" compiled "* ]] && rows="${rows:+$rows }compiled"
+  [ -n "$rows" ] || return 0
   for name in mlp_sweep racecheck newton_schulz pytest_gpu; do
     [[ "$SELECTED" == *" $name "* ]] && budget=$((budget + LIMIT[$name]))
   done
   [ "$budget" -gt 10 ] || return 0
-  echo "== compile warm-up: started in the background for at most $budget s (compile_warm.log)"
+  echo "== compile warm-up ($rows): started in the background for at most $budget s (compile_warm.log)"
   # timeout runs it in a process group of its own and passes a TERM on to the whole group (compile workers too)
-  TORCHINDUCTOR_COMPILE_THREADS=4 timeout -k 5 "$budget" nice -n 10 "$PY" benchmarks/gpu/timing_rows.py \
-    --rows compiled --warm --budget "$budget" $SMOKE_FLAG --out "$RES/compile_warm.md" \
+  ROWS="$rows" BUDGET="$budget" TORCHINDUCTOR_COMPILE_THREADS=4 timeout -k 5 "$budget" nice -n 10 bash -c warm_rows \
     > "$RES/compile_warm.log" 2>&1 &
   WARM_PID=$!
 }
