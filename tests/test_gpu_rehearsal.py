@@ -101,18 +101,20 @@ def test_the_cpu_side_turns_the_returned_files_into_rows_and_verdicts(rehearsal,
     assert text == (returned / "summary.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     assert "| mlp-d16-h16-w4 | 16 | 64 | 16 | 4 |" in text and "| newton-schulz k=5 | 2x16x24 | bf16 |" in text
-    # the eager rows' warm-up, their timing, the compiled row's warm-up, its timing
+    # the eager rows' warm-up, their timing, the compiled rows' warm-up (plain, then with CUDA graphs), their timing
     timing = [r for r in rows if r.startswith("| tiny | 70 | 1 |")]
     eager = ["triton", "fla chunk_gated_delta_rule", "torch chunk op", "triton", "torch chunk op"]
-    assert [r.split(" | ")[3] for r in timing] == [*eager, *eager, *["torch chunk op, compiled"] * 2]
+    compiled = ["torch chunk op, compiled", "torch chunk op, compiled + CUDA graphs"]
+    assert [r.split(" | ")[3] for r in timing] == [*eager, *eager, *compiled, *compiled]
     assert "(warm-up, not timed)" in timing[0] and "nothing to compile" in timing[2] and "% |" in timing[5]
-    assert "(warm-up, not timed)" in timing[10] and "% |" in timing[11]
+    assert "(warm-up, not timed)" in timing[11] and "% |" in timing[12] and "% |" in timing[13]
     assert "skipped: flash-linear-attention" in timing[6] or "ms" not in timing[6]
     # after the timed rows, one profiled step per timed row: kernels launched, busy time, the busiest kernel
     profiled = [r.split(" | ") for r in rows if r.startswith(("| tiny | triton |", "| tiny | torch chunk op"))]
-    assert [(r[1], r[2]) for r in profiled] == [("triton", "gated-delta c=1"), ("torch chunk op", "gated-delta c=1"),
-                                                ("triton", "omega c=4"), ("torch chunk op", "omega c=4"),
-                                                ("torch chunk op, compiled", "gated-delta c=1")]  # fmt: skip
+    pairs = [(impl, "gated-delta c=1") for impl in ("triton", "torch chunk op")]
+    pairs += [(impl, "omega c=4") for impl in ("triton", "torch chunk op")]
+    pairs += [(impl, "gated-delta c=1") for impl in compiled]
+    assert [(r[1], r[2]) for r in profiled] == pairs
     assert all(int(r[4].replace(",", "")) > 0 and r[7].startswith("`") for r in profiled)
     atlas = [r for r in rows if r.startswith("| tiny | 21 | 1 |")]
     assert [r.split(" | ")[3] for r in atlas] == list(cases.ATLAS_CONFIGS)[:2]

@@ -42,25 +42,34 @@ import torch  # noqa: E402
 from step_profile import profile_step  # noqa: E402
 
 COMPILED_CONFIGS = ["gated-delta c=1", "omega c=4", "mlp omega gd c=4"]
+# also timed with every chunk one CUDA graph replay (compiled="reduce-overhead"), right after the plain compiled row
+GRAPH_CONFIGS = ["mlp omega gd c=4"]
+GRAPHS_ROW = "torch chunk op, compiled + CUDA graphs"
 # torch.compile backend of the compiled rows: True = inductor (the real rows); the smoke run traces with "eager",
 # which checks the plumbing without inductor's minutes of CPU code generation
 COMPILE_WITH: bool | str = True
 
 
-def compiled_op():
-    """(op, None) for the compiled torch chunk op atlas-kernels offers, else (None, why)."""
+def compiled_op(graphs: bool = False):
+    """(op, None) for the compiled torch chunk op atlas-kernels offers (with CUDA graphs: `graphs`), else
+    (None, why)."""
     from atlas_kernels import api
     from atlas_kernels.ops.memory import chunk
 
+    mode = COMPILE_WITH
+    if graphs and COMPILE_WITH is True:  # the smoke run's "eager" traces the same plumbing without graphs
+        mode = getattr(chunk, "CUDA_GRAPHS", None)
+        if mode is None:
+            return None, "skipped: atlas-kernels offers no CUDA-graph mode of the compiled op"
     if "compiled" in inspect.signature(chunk.memory_chunk_torch).parameters:
-        return functools.partial(chunk.memory_chunk_torch, compiled=COMPILE_WITH), None
-    if "compiled" in getattr(api, "BACKENDS", ()):
+        return functools.partial(chunk.memory_chunk_torch, compiled=mode), None
+    if "compiled" in getattr(api, "BACKENDS", ()) and not graphs:
         return functools.partial(api.memory_chunk, backend="compiled"), None
     return None, "skipped: atlas-kernels offers no compiled torch op (no `compiled` option, no 'compiled' backend)"
 
 
-def compiled_factory(B, T, H, D, cfg):
-    op, why = compiled_op()
+def compiled_factory(B, T, H, D, cfg, graphs: bool = False):
+    op, why = compiled_op(graphs)
     if op is None:
         return None, why
     q, k, v, gates, p, leaves = cases.memory_inputs(B, T, H, D, cfg)
@@ -79,8 +88,12 @@ def compiled_factory(B, T, H, D, cfg):
 def runs(kind: str, model: str, B: int, T: int, H: int, D: int) -> list[tuple]:
     cfgs = {**cases.CONFIGS, **cases.MLP_CONFIGS}
     if kind == "compiled":
-        return [("torch chunk op, compiled", name, cfgs[name], compiled_factory, (B, T, H, D, cfgs[name]))
-                for name in COMPILED_CONFIGS]  # fmt: skip
+        rows = []
+        for name in COMPILED_CONFIGS:
+            rows.append(("torch chunk op, compiled", name, cfgs[name], compiled_factory, (B, T, H, D, cfgs[name])))
+            if name in GRAPH_CONFIGS:
+                rows.append((GRAPHS_ROW, name, cfgs[name], compiled_factory, (B, T, H, D, cfgs[name], True)))
+        return rows
     gdr, omega = cfgs["gated-delta c=1"], cfgs["omega c=4"]
     return [
         ("triton", "gated-delta c=1", gdr, cases.atlas_factory, ("triton", B, T, H, D, gdr)),
@@ -135,14 +148,23 @@ def profile_rows(timed: list[tuple], deadline: float, lines: list[str], save) ->
                 leaf.grad = None
             lines.append(row + " " + " | ".join(profile_step(step).cells(full)) + " |")
         except Exception as exc:
-            lines.append(row + f" ERROR {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-                         " | | | |")  # fmt: skip
-            traceback.print_exc()
-        finally:
-            if cases.DEVICE == "cuda":
-                torch.cuda.empty_cache()
-        print(lines[-1], flush=True)
-        save(lines)
+            lines.append(row + error_cells(exc, 3))
+        row_done(lines, save)
+
+
+def error_cells(exc: Exception, blanks: int) -> str:
+    """A row's cells for a failure (its type and first line, then `blanks` empty cells): the next row runs."""
+    traceback.print_exc()
+    msg = str(exc).splitlines()[0][:120] if str(exc) else ""
+    return f" ERROR {type(exc).__name__}: {msg} |" + " |" * blanks
+
+
+def row_done(lines: list[str], save) -> None:
+    """After every row: the GPU memory it cached freed, the row printed, the table saved."""
+    if cases.DEVICE == "cuda":
+        torch.cuda.empty_cache()
+    print(lines[-1], flush=True)
+    save(lines)
 
 
 def table(kind: str, budget_s: float, peak: float, save, warm_only: bool = False, profile: bool = True) -> list[str]:
@@ -194,15 +216,9 @@ def table(kind: str, budget_s: float, peak: float, save, warm_only: bool = False
                     timed.append((model, impl, cname, factory, fargs, full))
                     lines.append(row + f" {fwd:.2f} | {full:.2f} | {B * T / (full * 1e-3):,.0f} | {tflops:.1f} | "
                                  f"{100 * tflops / peak:.1f}% |")  # fmt: skip
-            except Exception as exc:  # the row says what went wrong; the next one runs
-                msg = str(exc).splitlines()[0][:120] if str(exc) else ""
-                lines.append(row + f" ERROR {type(exc).__name__}: {msg} | | | | |")
-                traceback.print_exc()
-            finally:
-                if cases.DEVICE == "cuda":
-                    torch.cuda.empty_cache()
-            print(lines[-1], flush=True)
-            save(lines)
+            except Exception as exc:
+                lines.append(row + error_cells(exc, 4))
+            row_done(lines, save)
     if profile and not warm_only:
         profile_rows(timed, deadline, lines, save)
     return lines
@@ -222,6 +238,7 @@ def main() -> int:
         cases.smoke_setup()
         COMPILE_WITH = "eager"
         del COMPILED_CONFIGS[1:]
+        GRAPH_CONFIGS[:] = COMPILED_CONFIGS
     elif not torch.cuda.is_available():
         print("timing_rows.py needs a CUDA GPU (none visible); nothing was run.")
         return 2

@@ -126,3 +126,25 @@ def test_backend_compiled_runs_the_compiled_torch_op(monkeypatch):
     memory_chunk(q, k, v, gates, params, cfg, backend="compiled")
     memory_chunk(q, k, v, gates, params, cfg, backend="torch")
     assert seen == [True, False]
+
+
+def test_reduce_overhead_is_inductor_with_cuda_graphs(monkeypatch):
+    """compiled="reduce-overhead": inductor with its CUDA-graph option (what torch.compile's mode of that name sets;
+    a mode cannot be passed beside the CPU's options); True stays inductor without graphs."""
+    from atlas_kernels.ops.memory import chunk
+
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
+    chunk.compiled_chunk_step.cache_clear()
+    try:
+        chunk.compiled_chunk_step(chunk.CUDA_GRAPHS, "cuda")
+        chunk.compiled_chunk_step(chunk.CUDA_GRAPHS, "cpu")
+        chunk.compiled_chunk_step(True, "cuda")
+    finally:
+        chunk.compiled_chunk_step.cache_clear()
+    assert [(kw["backend"], kw["options"]) for kw in seen] == [
+        ("inductor", {"triton.cudagraphs": True}),
+        ("inductor", {"cpp.simdlen": 1, "triton.cudagraphs": True}),
+        ("inductor", None),
+    ]
+    assert all(kw["fullgraph"] and kw["dynamic"] is False for kw in seen)

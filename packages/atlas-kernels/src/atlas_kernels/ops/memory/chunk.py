@@ -65,7 +65,9 @@ def memory_chunk_torch(
         (see `checkpoint.default_checkpoint`). With cfg.checkpoint_group G > 1 only every G-th boundary state
         stays alive (two-level checkpointing, `checkpoint.checkpoint_groups`).
     compiled: run every full chunk (cfg.chunk_size tokens) through `torch.compile(fullgraph=True, dynamic=False)`
-        of the one-chunk step; True compiles with inductor, a string names another torch.compile backend. The
+        of the one-chunk step; True compiles with inductor, "reduce-overhead" with inductor and CUDA graphs (each
+        chunk one graph replay on a GPU, as torch.compile's mode of that name; not yet timed on a GPU), another
+        string names another torch.compile backend. The
         short last chunk of a length that is not a multiple of b runs eagerly (no compilation per tail length).
         The same values as the eager op up to rounding (float64: within 1e-10 in outputs, state and every input
         gradient; tests/test_compiled_chunk.py). The first calls compile (tens of seconds per configuration
@@ -137,18 +139,28 @@ def _run_chunks(
     return outputs, state, chunk_start
 
 
+# `compiled=` value for inductor with CUDA graphs (torch.compile's mode of that name): each compiled chunk is
+# replayed as one graph instead of launching its kernels one by one; on a CPU the same as compiled=True
+CUDA_GRAPHS = "reduce-overhead"
+
+
 @functools.cache
 def compiled_chunk_step(backend: bool | str, device_type: str):
     """`_chunk_step` under `torch.compile(fullgraph=True, dynamic=False)`, one compiled function per backend and
-    device type (True: inductor). On a CPU inductor compiles without vectorisation: its vectorised C++ code
-    corrupts the heap in the backward of a one-token chunk with polynomial features and a window (torch 2.13,
-    float64: wrong gradients or an abort), which the scalar code does not."""
+    device type (True: inductor; CUDA_GRAPHS: inductor with CUDA graphs). On a CPU inductor compiles without
+    vectorisation: its vectorised C++ code corrupts the heap in the backward of a one-token chunk with polynomial
+    features and a window (torch 2.13, float64: wrong gradients or an abort), which the scalar code does not."""
     from atlas_kernels.ops.features.poly import mark_compile_constants
 
     mark_compile_constants()
-    name = "inductor" if backend is True else backend
-    options = {"cpp.simdlen": 1} if name == "inductor" and device_type == "cpu" else None
-    return torch.compile(_chunk_step, fullgraph=True, dynamic=False, backend=name, options=options)
+    graphs = backend == CUDA_GRAPHS
+    name = "inductor" if backend is True or graphs else backend
+    options = {}
+    if name == "inductor" and device_type == "cpu":
+        options["cpp.simdlen"] = 1
+    if graphs:  # what torch.compile's mode="reduce-overhead" sets; a mode cannot be given beside options
+        options["triton.cudagraphs"] = True
+    return torch.compile(_chunk_step, fullgraph=True, dynamic=False, backend=name, options=options or None)
 
 
 def _split_chunks(x: OpInputs, size: int) -> list[OpInputs]:
