@@ -39,7 +39,7 @@ B, T, HEADS = 8, 2048, 16  # the 340M timing batch (benchmarks/kernels_gpu_cases
 # (label, module arguments, programs at the 340M batch: value blocks x B x H for the linear kernel, B x H for MLP).
 # Two shapes: chunk b = 64 with Omega window c = 4, what the GPU timing rows ran (kernels_gpu_cases.py), and
 # b = 16 with c = 8, what every paper-size preset runs (atlas_model.presets: chunk_size 16, omega_window 8)
-LIN, MLP = ["linear"], ["mlp", "{dir}"]
+LIN, MLP, GD = ["linear"], ["mlp", "{dir}"], ["--optimizer", "gd"]  # the MLP kernels default to momentum
 MAIN = [
     ("linear gated delta, b 64, c 1 (timing rows)", [*LIN, "gated-delta", "{dir}", "64"], 2 * B * HEADS),
     ("linear Omega, b 64, c 4 (timing rows)", [*LIN, "omega-halo", "{dir}", "64"], 2 * B * HEADS),
@@ -52,12 +52,12 @@ MAIN = [
     ("linear Omega, D 96 (760M), b 16, c 8", [*LIN, "omega-halo", "{dir}", "96", "--chunk", "16", "--window", "8"],
      3 * B * HEADS),
     ("MLP Titans momentum, b 64, c 1 (timing rows)", [*MLP, "64", "1", "64", "bf16", "mlp"], B * HEADS),
-    ("MLP Omega, b 64, c 4 (timing rows)", [*MLP, "64", "4", "64", "bf16", "mlp"], B * HEADS),
-    ("gated MLP, b 64, c 4 (timing rows)", [*MLP, "64", "4", "64", "bf16", "gated"], B * HEADS),
+    ("MLP Omega, b 64, c 4 (timing rows)", [*MLP, "64", "4", "64", "bf16", "mlp", *GD], B * HEADS),
+    ("gated MLP momentum, b 64, c 4 (timing rows)", [*MLP, "64", "4", "64", "bf16", "gated"], B * HEADS),
     ("MLP Titans momentum, b 16, c 1 (presets)", [*MLP, "16", "1", "64", "bf16", "mlp"], B * HEADS),
-    ("MLP Omega, b 16, c 8 (presets)", [*MLP, "16", "8", "64", "bf16", "mlp"], B * HEADS),
-    ("gated MLP, b 16, c 8 (presets)", [*MLP, "16", "8", "64", "bf16", "gated"], B * HEADS),
-    ("MLP Omega, D 96 (760M), b 16, c 8", [*MLP, "16", "8", "96", "bf16", "mlp"], B * HEADS),
+    ("MLP Omega, b 16, c 8 (presets)", [*MLP, "16", "8", "64", "bf16", "mlp", *GD], B * HEADS),
+    ("gated MLP momentum, b 16, c 8", [*MLP, "16", "8", "64", "bf16", "gated"], B * HEADS),
+    ("MLP Omega, D 96 (760M), b 16, c 8", [*MLP, "16", "8", "96", "bf16", "mlp", *GD], B * HEADS),
 ]  # fmt: skip
 # the knobs a launch can turn without touching the kernels, at 340M and the presets' b 16, c 8: value block x warps
 # (linear Omega backward), hidden block x warps (MLP Omega backward)
@@ -65,8 +65,8 @@ SWEEP = [
     *[(f"linear Omega bwd, BV {bv}, {w} warps", [*LIN, "omega-halo", "bwd", "64", "--chunk", "16", "--window", "8",
                                                  "--block-v", str(bv), "--warps", str(w)], (64 // bv) * B * HEADS)
       for bv in (16, 32, 64) for w in (4, 8, 16)],
-    *[(f"MLP Omega bwd, hidden block {bh}, {w} warps", ["mlp", "bwd", "16", "8", "64", "bf16", "mlp", "--block-h",
-                                                        str(bh), "--warps", str(w)], B * HEADS)
+    *[(f"MLP Omega bwd, hidden block {bh}, {w} warps", ["mlp", "bwd", "16", "8", "64", "bf16", "mlp", *GD,
+                                                        "--block-h", str(bh), "--warps", str(w)], B * HEADS)
       for bh in (16, 32, 64) for w in (4, 8)],
 ]  # fmt: skip
 

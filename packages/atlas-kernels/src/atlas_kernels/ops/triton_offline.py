@@ -8,7 +8,7 @@ registers used and the bytes spilled; both are fixed at compile time, so they ar
 (for the same triton and ptxas versions).
 
     python -m atlas_kernels.ops.triton_offline linear gated-delta bwd 64 [--chunk 64] [--window 4] [--block-v 32]
-    python -m atlas_kernels.ops.triton_offline mlp fwd 64 4 64 bf16 mlp [init] [--block-h 32]
+    python -m atlas_kernels.ops.triton_offline mlp fwd 64 4 64 bf16 mlp [init] [--block-h 32] [--optimizer gd]
     python -m atlas_kernels.ops.triton_offline newton_schulz 64 64
     python -m atlas_kernels.ops.triton_offline poly
 
@@ -106,7 +106,7 @@ def linear_case(variant: str, direction: str, head_dim: int, block_v=None, warps
     return [usage(fn, types, cx, warps or lt._num_warps(BT, BK, BV))]
 
 
-def mlp_case(direction, chunk, window, head_dim, dtype, memory, init=False, block_h=None, warps=None):
+def mlp_case(direction, chunk, window, head_dim, dtype, memory, init=False, block_h=None, warps=None, momentum=True):
     import triton.language as tl
 
     from atlas_kernels import MemoryConfig
@@ -120,7 +120,7 @@ def mlp_case(direction, chunk, window, head_dim, dtype, memory, init=False, bloc
     types.update(gate_eps="fp32", norm_eps="fp32")
     halo = halo_size(MemoryConfig(memory="mlp", window=window, chunk_size=chunk))
     BT, BW, BK, BV, BD = mt._blocks(chunk, halo, head_dim, head_dim, 4 * head_dim, block_h, prec)
-    cx = dict(BT=BT, BW=BW, BK=BK, BV=BV, BD=BD, L2=True, MOMENTUM=True, NORM=True, RESIDUAL=True, SILU=False)
+    cx = dict(BT=BT, BW=BW, BK=BK, BV=BV, BD=BD, L2=True, MOMENTUM=momentum, NORM=True, RESIDUAL=True, SILU=False)
     cx.update(GATED=memory == "gated", INIT=init, ACC=tl.float32, PREC=prec)
     return [usage(fn, types, cx, warps or mt._num_warps(BW, BK))]
 
@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block-v", type=int, default=None, help="linear: value columns per program")
     ap.add_argument("--block-h", type=int, default=None, help="mlp: hidden units per block")
     ap.add_argument("--warps", type=int, default=None, help="num_warps instead of the kernel's own choice")
+    ap.add_argument("--optimizer", choices=("momentum", "gd"), default="momentum", help="mlp: the inner optimizer")
     a = ap.parse_args(argv)
     if a.kind == "linear":
         variant, direction, head_dim = a.args
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     elif a.kind == "mlp":
         direction, chunk, window, head_dim, dtype, memory, *rest = a.args
         out = mlp_case(direction, int(chunk), int(window), int(head_dim), dtype, memory, rest == ["init"],
-                       a.block_h, a.warps)  # fmt: skip
+                       a.block_h, a.warps, a.optimizer == "momentum")  # fmt: skip
     elif a.kind == "newton_schulz":
         out = newton_schulz_case(*map(int, a.args))
     else:
