@@ -74,7 +74,7 @@ def test_every_step_runs_once_in_order_and_leaves_its_output(rehearsal):
         assert s["output"] in names and (res / s["output"]).stat().st_size > 0, s
     assert not [n for n in names if "checkpoints" in n or n.endswith(".tmp")]
     # the timed rows' first calls ran in the background beside the correctness steps, into the shared caches: the
-    # eager rows' Triton kernels (the torch rows compile nothing), then the compiled rows
+    # eager rows' Triton kernels (the torch rows compile nothing) beside the compiled rows
     assert "compile warm-up (eager compiled): started in the background" in log
     assert {"compile_warm.md", "compile_warm_eager.md"} <= names
     assert log.index("compile warm-up") < log.index("== step timing (")

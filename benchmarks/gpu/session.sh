@@ -22,8 +22,8 @@
 #   panel         200  the study panel (study_panel.sh: no pilot, no tracking, processes side by side;
 #                      PLAN = benchmarks/gpu/panel_plan.json if present: its jobs and grouping)    panel/
 # With the timing or the compiled step selected, their rows' first calls run in the background from the end of env
-# (timing_rows.py --warm: the eager rows' Triton kernels first, seconds, then the compiled rows' graphs, niced, 4
-# compile threads; log compile_warm.log) while the correctness steps run, for at most the sum of their limits; it is
+# (timing_rows.py --warm, the eager rows' Triton kernels and the compiled rows' graphs side by side, niced, 4
+# inductor compile threads; log compile_warm.log) while the correctness steps run, for at most the sum of their limits; it is
 # stopped before the first timed step (timing, compiled, atlas or panel), so that nothing shares the GPU with a
 # timing row. The timed steps read the same caches (TRITON_CACHE_DIR, default $RES/triton-cache, and
 # TORCHINDUCTOR_CACHE_DIR, default $RES/inductor-cache, both left out of the archive) and load what it compiled.
@@ -167,13 +167,15 @@ run_step() {
 }
 
 WARM_PID=""
-warm_rows() {  # ROWS in order (eager: Triton compiles, seconds; compiled: inductor, tens of seconds)
-  local rows out
+warm_rows() {  # ROWS side by side (eager: Triton compiles, one core each; compiled: inductor, 4 threads)
+  local rows out pids=()
   for rows in $ROWS; do
     out=compile_warm.md
     [ "$rows" = compiled ] || out=compile_warm_$rows.md
-    "$PY" benchmarks/gpu/timing_rows.py --rows "$rows" --warm --budget "$BUDGET" $SMOKE_FLAG --out "$RES/$out"
+    "$PY" benchmarks/gpu/timing_rows.py --rows "$rows" --warm --budget "$BUDGET" $SMOKE_FLAG --out "$RES/$out" &
+    pids+=($!)
   done
+  wait "${pids[@]}"
 }
 export -f warm_rows
 start_warm() {  # the timed rows' first calls, in the background, for the correctness steps' time
