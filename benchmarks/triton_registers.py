@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
-import os
 import platform
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from marked_block import write_block  # noqa: E402
+
+from atlas_kernels.ops.triton_offline import measure  # noqa: E402
 
 SMS = 132  # H100 SXM / H200
 REGS_PER_SM = 65536
@@ -72,12 +71,10 @@ SWEEP = [
 
 
 def report(args: list[str]) -> list[dict] | str:
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    cmd = [sys.executable, "-m", "atlas_kernels.ops.triton_offline", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
-    if proc.returncode != 0:
-        return "ERROR " + (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:120]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        return measure(args)
+    except RuntimeError as exc:
+        return "ERROR " + (str(exc).strip().splitlines() or ["(no output)"])[-1][:120]
 
 
 def row(label: str, usage: dict | str, programs: int) -> str:

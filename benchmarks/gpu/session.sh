@@ -23,9 +23,9 @@
 #                      PLAN = benchmarks/gpu/panel_plan.json if present: its jobs and grouping)    panel/
 # With the timing or the compiled step selected, their rows' first calls run in the background from the end of env
 # (timing_rows.py --warm, the eager rows' Triton kernels and the compiled rows' graphs side by side, niced, 4
-# inductor compile threads; log compile_warm.log) while the correctness steps run, for at most the sum of their limits; it is
-# stopped before the first timed step (timing, compiled, atlas or panel), so that nothing shares the GPU with a
-# timing row. The timed steps read the same caches (TRITON_CACHE_DIR, default $RES/triton-cache, and
+# inductor compile threads; log compile_warm.log) while the correctness steps run, for at most the sum of their
+# limits; it is stopped before the first timed step (timing, compiled, atlas or panel), so that nothing shares the
+# GPU with a timing row. The timed steps read the same caches (TRITON_CACHE_DIR, default $RES/triton-cache, and
 # TORCHINDUCTOR_CACHE_DIR, default $RES/inductor-cache, both left out of the archive) and load what it compiled.
 # A step that fails or runs out of time does not stop the next. Each step's output lands in RES (default
 # /tmp/atlas-gpu-call) when the step ends (tables: temp file, then rename, after every row or case); after every

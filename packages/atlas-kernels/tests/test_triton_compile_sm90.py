@@ -8,30 +8,23 @@ spills) with TRITON_INTERPRET=0: the conftest turns the interpreter on for this 
 when @triton.jit functions, its own included, are defined.
 """
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 pytest.importorskip("triton")
-from atlas_kernels.ops.triton_offline import LINEAR_VARIANTS  # noqa: E402
+from atlas_kernels.ops.triton_offline import LINEAR_VARIANTS, measure  # noqa: E402
 
 pytestmark = pytest.mark.slow
 SMEM_LIMIT = 232448  # bytes of dynamic shared memory per block on sm_90
 
 
 def _run(*case: str) -> None:
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    cmd = [sys.executable, "-m", "atlas_kernels.ops.triton_offline", *case]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
-    if proc.returncode != 0:
-        tail = proc.stderr[-3000:]
+    try:
+        kernels = measure(list(case))
+    except RuntimeError as exc:
+        tail = str(exc)
         if "ptxas" in tail and "not found" in tail.lower():
             pytest.skip(f"no CUDA compile toolchain in this triton install: {tail[-300:]}")
-        raise AssertionError(f"compile failed for {case}:\n{tail}")
-    kernels = json.loads(proc.stdout.strip().splitlines()[-1])
+        raise AssertionError(tail) from None
     assert max(k["shared"] for k in kernels) <= SMEM_LIMIT, kernels
 
 

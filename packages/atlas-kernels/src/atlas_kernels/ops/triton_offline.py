@@ -25,7 +25,10 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 from dataclasses import asdict, dataclass
 
 TARGET_ARCH = 90
@@ -45,7 +48,7 @@ class KernelUsage:
     kernel: str
     num_warps: int
     shared: int  # bytes of shared memory per program
-    registers: int | None  # per thread; None where ptxas could not be run
+    registers: int | None  # per thread; None where the compile's log held no ptxas report
     spill_stores: int | None  # bytes per thread
     spill_loads: int | None
 
@@ -74,15 +77,19 @@ def parse_ptxas(text: str) -> tuple[int, int, int]:
 
 
 def usage(fn, types: dict, constexprs: dict, num_warps: int) -> KernelUsage:
-    """Compile `fn` for the target and read ptxas's own report of that compile (triton runs ptxas -v with its own
-    options, e.g. its register-allocation level; a separate ptxas call without them reports other numbers)."""
+    """Compile `fn` for the target and read ptxas's report of that very compile (triton runs ptxas -v with its own
+    options and prints the log when asked), not of a separate ptxas call."""
     from triton import knobs
 
+    saved = knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile
     knobs.nvidia.dump_ptxas_log = True
     knobs.compilation.always_compile = True  # a cached kernel would skip ptxas and print no report
     log = io.StringIO()
-    with contextlib.redirect_stdout(log):
-        kernel = _compile(fn, types, constexprs, num_warps)
+    try:
+        with contextlib.redirect_stdout(log):
+            kernel = _compile(fn, types, constexprs, num_warps)
+    finally:
+        knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile = saved
     try:
         regs, st, ld = parse_ptxas(log.getvalue())
     except ValueError:
@@ -149,6 +156,17 @@ def poly_case():
     types.update({"idx_ptr": "*i32", "deg_ptr": "*i32", "scale_ptr": "*fp64", "droot_ptr": "*fp32", "eps": "fp32"})
     cx = dict(P=2, BR=ft._BR, BD=64, BF=ft._BF, ACC=tl.float32)
     return [usage(ft._poly_fwd_kernel, types, cx, 4), usage(ft._poly_bwd_kernel, types, dict(cx, BP=4), 4)]
+
+
+def measure(args: list[str], timeout: float = 1200) -> list[dict]:
+    """This module's report for one case (`args` as on its command line), compiled in a fresh process without the
+    Triton interpreter; RuntimeError with the end of its stderr when the compile fails."""
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    cmd = [sys.executable, "-m", __name__, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"compile failed for {args}:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,8 +67,8 @@ def memory_chunk_torch(
     compiled: run every full chunk (cfg.chunk_size tokens) through `torch.compile(fullgraph=True, dynamic=False)`
         of the one-chunk step; True compiles with inductor, "reduce-overhead" with inductor and CUDA graphs (each
         chunk one graph replay on a GPU, as torch.compile's mode of that name; not yet timed on a GPU), another
-        string names another torch.compile backend. The
-        short last chunk of a length that is not a multiple of b runs eagerly (no compilation per tail length).
+        string names another torch.compile backend. The short last chunk of a length that is not a multiple of b
+        runs eagerly (no compilation per tail length).
         The same values as the eager op up to rounding (float64: within 1e-10 in outputs, state and every input
         gradient; tests/test_compiled_chunk.py). The first calls compile (tens of seconds per configuration
         and device; a few variants: the first chunk, whose state comes from `params`, the later ones, and
