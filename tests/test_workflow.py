@@ -322,28 +322,31 @@ def test_the_gpu_panel_config_plans_lm_jobs_on_the_prepared_corpus(tmp_path):
 def test_the_cost_table_rule_counts_every_train_job_and_sets_their_runtimes(tmp_path):
     """`snakemake cost_table` on the embedded config (tiny models: seconds), then `runtime: cost` reads it: every
     train job requests its projected runtime (10 minutes, the floor, at these sizes); a model changed after the
-    table was written stops the DAG build naming the job and the command (docs/costs.md)."""
+    table was written stops the DAG build naming the job and the command (docs/costs.md). One ablation table of the
+    four: every model and an ablation's cells, at 10 jobs instead of 24 (each Atlas cell is a second of counting)."""
     table = tmp_path / "costs.json"
     cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     cfg["resources"]["train"]["cost"] = {"table": str(table)}
+    cfg["ablations"]["tables"] = {"gated_mlp": cfg["ablations"]["tables"]["gated_mlp"]}
+    config = ["--configfile", str(tmp_path / "config.yaml"), "--replace-workflow-config"]  # not merged into the default
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    res = _snakemake("--cores", "1", "cost_table", "--configfile", str(tmp_path / "config.yaml"), results=tmp_path)
+    res = _snakemake("--cores", "1", "cost_table", *config, results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = json.loads(table.read_text())["jobs"]
-    planned = _snakemake("-n", "--configfile", str(tmp_path / "config.yaml"), results=tmp_path)
+    planned = _snakemake("-n", *config, results=tmp_path)
     assert len(rows) == _jobs(planned.stdout)["train"] >= 8
     assert (tmp_path / "results" / "costs" / "train.md").read_text().count("| pretrain/") == len(cfg["models"])
 
     cfg["resources"]["train"]["runtime"] = "cost"
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    res = _snakemake("-n", "--configfile", str(tmp_path / "config.yaml"), results=tmp_path)
+    res = _snakemake("-n", *config, results=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     runtimes = re.findall(r"rule train:.*?runtime=(\d+)", res.stdout, re.S)
     assert len(runtimes) == len(rows) and set(runtimes) == {"10"}
 
     cfg["models"]["omeganet"]["overrides"] = {"memory": {"window": 2}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    res = _snakemake("-n", "--configfile", str(tmp_path / "config.yaml"), results=tmp_path)
+    res = _snakemake("-n", *config, results=tmp_path)
     assert res.returncode != 0
     assert "the row of job 'pretrain/omeganet' is stale" in res.stdout + res.stderr
     assert "snakemake cost_table" in res.stdout + res.stderr
