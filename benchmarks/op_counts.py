@@ -117,8 +117,11 @@ def label(cfg: MemoryConfig) -> str:
     return " ".join(parts)
 
 
-def count_call(cfg: MemoryConfig, H: int, d: int, T: int, B: int = 1, device: str = "cpu", dtype=torch.float32):
-    """(forward counter, backward counter) of one call of the chunk op over T tokens, gradients of every input."""
+def count_call(
+    cfg: MemoryConfig, H: int, d: int, T: int, B: int = 1, device: str = "cpu", dtype=torch.float32, **op_kwargs
+):
+    """(forward counter, backward counter) of one call of the chunk op over T tokens, gradients of every input;
+    `op_kwargs` go to `memory_chunk_torch` (batch_linear=False: the linear memories' per-chunk loop)."""
     q, k, v, gates = random_inputs(B, T, H, d, dtype=dtype)
     if not cfg.uses_momentum:
         del gates["theta"]
@@ -128,7 +131,7 @@ def count_call(cfg: MemoryConfig, H: int, d: int, T: int, B: int = 1, device: st
     gates = dict(zip(gates, leaves[3 : 3 + len(gates)]))
     params = dict(zip(params, leaves[3 + len(gates) :]))
     with OpCounter() as fwd:
-        o, _ = memory_chunk_torch(q, k, v, gates, params, cfg)
+        o, _ = memory_chunk_torch(q, k, v, gates, params, cfg, **op_kwargs)
     cotangent = torch.randn(o.shape, generator=torch.Generator().manual_seed(1), dtype=o.dtype).to(device)
     with OpCounter() as bwd:
         torch.autograd.grad(o, leaves, cotangent, allow_unused=True)

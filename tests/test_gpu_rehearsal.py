@@ -103,16 +103,18 @@ def test_the_cpu_side_turns_the_returned_files_into_rows_and_verdicts(rehearsal,
     assert "| mlp-d16-h16-w4 | 16 | 64 | 16 | 4 |" in text and "| newton-schulz k=5 | 2x16x24 | bf16 |" in text
     # the eager rows' warm-up, their timing, the compiled rows' warm-up (plain, then with CUDA graphs), their timing
     timing = [r for r in rows if r.startswith("| tiny | 70 | 1 |")]
-    eager = ["triton", "fla chunk_gated_delta_rule", "torch chunk op", "triton", "torch chunk op"]
+    loop = "torch chunk op, per-chunk loop"
+    eager = ["triton", "fla chunk_gated_delta_rule", "torch chunk op", loop, "triton", "torch chunk op", loop]
     compiled = ["torch chunk op, compiled", "torch chunk op, compiled + CUDA graphs"]
     assert [r.split(" | ")[3] for r in timing] == [*eager, *eager, *compiled, *compiled]
-    assert "(warm-up, not timed)" in timing[0] and "nothing to compile" in timing[2] and "% |" in timing[5]
-    assert "(warm-up, not timed)" in timing[11] and "% |" in timing[12] and "% |" in timing[13]
-    assert "skipped: flash-linear-attention" in timing[6] or "ms" not in timing[6]
+    assert "(warm-up, not timed)" in timing[0] and all("nothing to compile" in timing[i] for i in (2, 3, 5, 6))
+    assert "% |" in timing[7] and "% |" in timing[9] and "% |" in timing[10]
+    assert "(warm-up, not timed)" in timing[14] and "% |" in timing[16] and "% |" in timing[17]
+    assert "skipped: flash-linear-attention" in timing[8] or "ms" not in timing[8]
     # after the timed rows, one profiled step per timed row: kernels launched, busy time, the busiest kernel
     profiled = [r.split(" | ") for r in rows if r.startswith(("| tiny | triton |", "| tiny | torch chunk op"))]
-    pairs = [(impl, "gated-delta c=1") for impl in ("triton", "torch chunk op")]
-    pairs += [(impl, "omega c=4") for impl in ("triton", "torch chunk op")]
+    pairs = [(impl, "gated-delta c=1") for impl in ("triton", "torch chunk op", loop)]
+    pairs += [(impl, "omega c=4") for impl in ("triton", "torch chunk op", loop)]
     pairs += [(impl, "gated-delta c=1") for impl in compiled]
     assert [(r[1], r[2]) for r in profiled] == pairs
     assert all(int(r[4].replace(",", "")) > 0 and r[7].startswith("`") for r in profiled)

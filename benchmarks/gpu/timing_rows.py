@@ -5,8 +5,10 @@
     ... --smoke   # CPU, Triton interpreter, tiny shapes (rehearsal)
 
 `eager`: the linear memory's rows that the first GPU run never reached (results-2026-11-30-h200.md, "What is left"
-2): the Triton op and the torch chunk op for the gated delta rule (c = 1) and the Omega window (c = 4), beside flash-
-linear-attention's `chunk_gated_delta_rule` (Gated DeltaNet's kernels: the ceiling a linear memory can reach;
+2): the Triton op and the torch chunk op for the gated delta rule (c = 1) and the Omega window (c = 4), the torch op
+both with its full chunks batched (its default for these memories, ops/memory/linear_scan.py) and with the per-chunk
+loop that replaced, beside flash-linear-attention's `chunk_gated_delta_rule` (Gated DeltaNet's kernels: the ceiling
+a linear memory can reach;
 "skipped" with the reason when `fla` is not importable, see wheels.sh). `compiled`: the torch chunk op with its chunk
 step under torch.compile, when atlas-kernels offers one (`memory_chunk_torch(..., compiled=True)` or a "compiled"
 backend); otherwise every row says so. Its first call compiles (tens of seconds), so it is a step of its own.
@@ -45,6 +47,8 @@ COMPILED_CONFIGS = ["gated-delta c=1", "omega c=4", "mlp omega gd c=4"]
 # also timed with every chunk one CUDA graph replay (compiled="reduce-overhead"), right after the plain compiled row
 GRAPH_CONFIGS = ["mlp omega gd c=4"]
 GRAPHS_ROW = "torch chunk op, compiled + CUDA graphs"
+LOOP_ROW = "torch chunk op, per-chunk loop"
+EAGER_TORCH = ("torch chunk op", LOOP_ROW)  # nothing compiles: not warmed
 # torch.compile backend of the compiled rows: True = inductor (the real rows); the smoke run traces with "eager",
 # which checks the plumbing without inductor's minutes of CPU code generation
 COMPILE_WITH: bool | str = True
@@ -99,9 +103,31 @@ def runs(kind: str, model: str, B: int, T: int, H: int, D: int) -> list[tuple]:
         ("triton", "gated-delta c=1", gdr, cases.atlas_factory, ("triton", B, T, H, D, gdr)),
         ("fla chunk_gated_delta_rule", "gated-delta c=1", gdr, _fla, (B, T, H, D)),
         ("torch chunk op", "gated-delta c=1", gdr, cases.atlas_factory, ("torch", B, T, H, D, gdr)),
+        (LOOP_ROW, "gated-delta c=1", gdr, loop_factory, (B, T, H, D, gdr)),
         ("triton", "omega c=4", omega, cases.atlas_factory, ("triton", B, T, H, D, omega)),
         ("torch chunk op", "omega c=4", omega, cases.atlas_factory, ("torch", B, T, H, D, omega)),
+        (LOOP_ROW, "omega c=4", omega, loop_factory, (B, T, H, D, omega)),
     ]
+
+
+def loop_factory(B, T, H, D, cfg):
+    """The torch chunk op with its per-chunk loop (`batch_linear=False`): the "torch chunk op" rows of these linear
+    memories run their full chunks batched (ops/memory/linear_scan.py), this is what they replaced."""
+    from atlas_kernels.ops.memory import chunk
+
+    if "batch_linear" not in inspect.signature(chunk.memory_chunk_torch).parameters:
+        return None, "skipped: atlas-kernels has no batched linear path (every torch row is the loop)"
+    q, k, v, gates, p, leaves = cases.memory_inputs(B, T, H, D, cfg)
+
+    def step():
+        o, _ = chunk.memory_chunk_torch(q, k, v, gates, p, cfg, batch_linear=False)
+        o.float().sum().backward()
+
+    def forward():
+        with torch.no_grad():
+            chunk.memory_chunk_torch(q, k, v, gates, p, cfg, batch_linear=False)
+
+    return (step, forward, leaves), None
 
 
 def _fla(B, T, H, D):
@@ -193,7 +219,7 @@ def table(kind: str, budget_s: float, peak: float, save, warm_only: bool = False
                 lines.append(row + " skipped (time budget) | | | | |")
                 save(lines)
                 continue
-            if warm_only and impl == "torch chunk op":  # eager torch: nothing compiles, nothing to cache
+            if warm_only and impl in EAGER_TORCH:  # eager torch: nothing compiles, nothing to cache
                 lines.append(row + " nothing to compile (not warmed) | | | | |")
                 save(lines)
                 continue

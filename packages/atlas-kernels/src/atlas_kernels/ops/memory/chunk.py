@@ -25,7 +25,6 @@ import torch
 import torch.utils.checkpoint
 
 from atlas_kernels.config import MemoryConfig
-from atlas_kernels.ops.features import poly_kernel
 from atlas_kernels.ops.memory.checkpoint import checkpoint_groups, default_checkpoint
 from atlas_kernels.ops.memory.coefficients import (
     chunk_decays,
@@ -35,8 +34,15 @@ from atlas_kernels.ops.memory.coefficients import (
     window_gates,
 )
 from atlas_kernels.ops.memory.delta import delta_chunk_step
-from atlas_kernels.ops.memory.functional import activation, exp_kernel, explicit_features, memory_forward
+from atlas_kernels.ops.memory.functional import (
+    activation,
+    exp_kernel,
+    explicit_features,
+    feature_kernel,
+    memory_forward,
+)
 from atlas_kernels.ops.memory.inputs import OpInputs, prepare_inputs
+from atlas_kernels.ops.memory.linear_scan import batch_by_default, batched_linear, linear_chunks
 from atlas_kernels.ops.memory.muon_lowrank import lowrank_muon_chunk, resolve_ns_form
 from atlas_kernels.ops.memory.params import initial_state
 from atlas_kernels.ops.memory.state import MemoryState, halo_size, pending_inputs, resume_inputs
@@ -55,6 +61,7 @@ def memory_chunk_torch(
     state: MemoryState | None = None,
     checkpoint: bool | None = None,
     compiled: bool | str = False,
+    batch_linear: bool | None = None,
 ):
     """Chunkwise-parallel memory op in PyTorch. Arguments and returns as `atlas_kernels.memory_chunk`, plus:
 
@@ -74,6 +81,12 @@ def memory_chunk_torch(
         and device; a few variants: the first chunk, whose state comes from `params`, the later ones, and
         without autograd); see `compiled_chunk_step` for what compiles on a CPU. Raises ValueError for
         feature_map="exp" and window="global", whose state grows with every chunk (a new compilation per chunk).
+    batch_linear: a linear memory under gd (`linear_scan.batched_linear`) runs its full chunks as one batch of
+        state-independent operations and a scan of three per chunk (`linear_scan.linear_chunks`) instead of the
+        per-chunk loop, when neither `checkpoint` nor `compiled` is set. None (default): with identity features
+        (`linear_scan.batch_by_default`; polynomial features ran 2x slower batched on a CPU, benchmarks/
+        linear_scan.md); True: with polynomial features too; False: never (the loop, the reference the batched form
+        is tested against).
     """
     if compiled and isinstance(cfg, MemoryConfig) and (cfg.feature_map == "exp" or cfg.is_global):
         grows = "feature_map='exp' (the dual-form keys)" if cfg.feature_map == "exp" else "window='global' (the halo)"
@@ -100,7 +113,11 @@ def memory_chunk_torch(
     group = cfg.checkpoint_group if checkpoint and torch.is_grad_enabled() else 1
     # Checkpointing is the op's low-memory mode: there the Muon chunks also recompute their Gram matrices
     run = functools.partial(_run_chunks, low_memory=checkpoint, compiled=compiled)
-    if group > 1 and len(chunks) > group:
+    if batch_linear is None:
+        batch_linear = batch_by_default(cfg)
+    if batch_linear and not checkpoint and not compiled and cfg.chunk_size <= T and batched_linear(cfg, Dk):
+        outputs, state, chunk_start = _run_linear(x, state, params, cfg)
+    elif group > 1 and len(chunks) > group:
         # Two levels: only every group-th boundary state stays alive between forward and backward
         outputs, state, chunk_start = checkpoint_groups(run, chunks, group, state, params, cfg)
     else:
@@ -137,6 +154,20 @@ def _run_chunks(
             y, state = step(xc, state, params, cfg, low_memory)
         outputs.append(y)
     return outputs, state, chunk_start
+
+
+def _run_linear(x: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
+    """`_run_chunks` for a linear gd memory: the full chunks batched (`linear_scan.linear_chunks`), a short last
+    chunk through `_chunk_step`."""
+    T, b = x.k.shape[2], cfg.chunk_size
+    tail = T % b
+    if not tail:
+        y, state, chunk_start = linear_chunks(x, state, params, cfg)
+        return [y], state, chunk_start
+    parts = {name: getattr(x, name).split([T - tail, tail], dim=2) for name in OpInputs.__dataclass_fields__}
+    y, chunk_start, _ = linear_chunks(OpInputs(**{n: p[0] for n, p in parts.items()}), state, params, cfg)
+    y_tail, state = _chunk_step(OpInputs(**{n: p[1] for n, p in parts.items()}), chunk_start, params, cfg, False)
+    return [y, y_tail], state, chunk_start
 
 
 # `compiled=` value for inductor with CUDA graphs (torch.compile's mode of that name): each compiled chunk is
@@ -180,15 +211,6 @@ def _cast_state(state: MemoryState, dtype: torch.dtype) -> MemoryState:
     if state.halo_k.dtype == dtype:
         return state
     return MemoryState.from_tensors({n: t.to(dtype) for n, t in state.tensors().items()})
-
-
-def _kernel(scores: torch.Tensor, params: dict[str, torch.Tensor], cfg: MemoryConfig) -> torch.Tensor:
-    """phi(x) . phi(y) from x . y: identity, sum_i a_i s^i, or exp(tau s)."""
-    if cfg.feature_map == "identity":
-        return scores
-    if cfg.feature_map == "poly":
-        return poly_kernel(scores, params["feature_coeffs"])
-    return exp_kernel(scores, params, cfg)
 
 
 def _apply_start(name, x_raw, feats, state: MemoryState, cfg: MemoryConfig, params) -> torch.Tensor:
@@ -274,7 +296,7 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig, low
     target = _decay_target(params, cfg)
     if cfg.exact_delta:
         beta = eta * (xc.gamma[..., 0] if per_step else xc.gamma)  # c = 1: the token's own gate
-        kernel = lambda s: _kernel(s, params, cfg)  # noqa: E731
+        kernel = lambda s: feature_kernel(s, params, cfg)  # noqa: E731
         W_init = None if target is None else target["W"]
         y, W = delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk[:, :, halo:], kernel, state, cfg, target=W_init)
         return y, MemoryState(weights={"W": W}, momentum=None, halo_k=wk[:, :, wk.shape[2] :],
@@ -327,7 +349,7 @@ def _dual_layer(name, x_raw, feats, kmat, C, d, factors, state, params, cfg, tar
 
 def _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg, target=None):
     C = update_coefficients(d, eta, G, cfg)
-    kern = _kernel(qc @ wk.mT, params, cfg)
+    kern = feature_kernel(qc @ wk.mT, params, cfg)
     if cfg.memory == "linear":
         y = _dual_layer("W", qc, fq, kern, C, d, factors, state, params, cfg, target)
     else:
@@ -412,7 +434,7 @@ def _decay_first_chunk(qc, wk, fk, fq, wv, f0, d, eta, G, state, params, cfg, ta
     """
     C1 = d.LA @ ((eta * d.A).unsqueeze(-1) * G)
     C2 = d.LA @ (eta.unsqueeze(-1) * G)
-    kern = _kernel(qc @ wk.mT, params, cfg)
+    kern = feature_kernel(qc @ wk.mT, params, cfg)
     y = d.A.unsqueeze(-1) * (fq @ state.weights["W"].mT)
     if target is not None:
         g0 = fk @ target["W"].mT

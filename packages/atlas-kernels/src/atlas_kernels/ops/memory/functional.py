@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from atlas_kernels.config import MemoryConfig
-from atlas_kernels.ops.features import exp_taylor_coeffs, poly_features, poly_features_auto
+from atlas_kernels.ops.features import exp_taylor_coeffs, poly_features, poly_features_auto, poly_kernel
 
 
 def activation(a: torch.Tensor, cfg: MemoryConfig) -> torch.Tensor:
@@ -35,6 +35,15 @@ def explicit_features(
         return poly(x, params["feature_coeffs"], cfg.poly_degree)
     coeffs, degree = exp_taylor_features_coeffs(params, cfg, x)
     return poly_features(x, coeffs, degree)
+
+
+def feature_kernel(scores: torch.Tensor, params: dict[str, torch.Tensor], cfg: MemoryConfig) -> torch.Tensor:
+    """phi(x) . phi(y) from the inner products x . y: identity, sum_i a_i s^i, or exp(tau s)."""
+    if cfg.feature_map == "identity":
+        return scores
+    if cfg.feature_map == "poly":
+        return poly_kernel(scores, params["feature_coeffs"])
+    return exp_kernel(scores, params, cfg)
 
 
 def exp_temperature(params: dict[str, torch.Tensor], cfg: MemoryConfig) -> torch.Tensor | None:
