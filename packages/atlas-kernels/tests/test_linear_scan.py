@@ -1,5 +1,5 @@
 """The linear gd memory with its full chunks batched (`linear_scan.linear_chunks`) against the per-chunk loop and
-the chunked token-loop oracle, float64: outputs, end state and every input gradient; resumed states and pieces; which
+the token-loop oracles, float64: outputs, end state and every input gradient; resumed states and pieces; which
 configurations take the batched path."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from atlas_kernels import MemoryConfig, memory_naive_chunked
+from atlas_kernels import MemoryConfig, memory_naive, memory_naive_chunked
 from atlas_kernels.ops.memory import linear_scan
 from atlas_kernels.ops.memory.chunk import memory_chunk_torch
 from atlas_kernels.testing import (
@@ -31,6 +31,10 @@ BATCHED = [
     # an Omega window longer than a chunk (the halo reaches two chunks back) and one-token chunks
     MemoryConfig(memory="linear", optimizer="gd", bias="l2", window=7, chunk_size=3),
     MemoryConfig(memory="linear", optimizer="gd", bias="l2", feature_map="poly", window=2, chunk_size=1),
+    # the exact delta rule (DeltaNet; Gated DeltaNet with decay first), and with degree-2 features
+    MemoryConfig(memory="linear", exact_delta=True, chunk_size=4),
+    MemoryConfig(memory="linear", exact_delta=True, decay_first=True, chunk_size=4),
+    MemoryConfig(memory="linear", exact_delta=True, feature_map="poly", chunk_size=3),
 ]
 
 
@@ -51,14 +55,16 @@ def test_batched_chunks_equal_the_per_chunk_loop(cfg, T):
     assert errors[worst] < 1e-12, (worst, errors[worst])
 
 
-@pytest.mark.parametrize("cfg", BATCHED[::2] + BATCHED[3:4], ids=config_id)
-def test_batched_chunks_match_the_chunked_token_loop_oracle(cfg):
-    """`memory_naive_chunked`: the token recurrence with every gradient taken at its chunk's start weights."""
+@pytest.mark.parametrize("cfg", BATCHED[::2] + BATCHED[3:4] + BATCHED[7:8], ids=config_id)
+def test_batched_chunks_match_the_token_loop_oracles(cfg):
+    """`memory_naive_chunked` (the token recurrence with every gradient taken at its chunk's start weights), and for
+    the exact delta rule `memory_naive` (the token recurrence itself, which its chunks reproduce exactly)."""
     q, k, v, gates, params = leaf_inputs(cfg, H, B=2, T=33, Dk=D, eta_scale=0.1)
-    assert_matches_oracle(q, k, v, gates, params, cfg, memory_naive_chunked, 1e-10)
+    oracle = memory_naive if cfg.exact_delta else memory_naive_chunked
+    assert_matches_oracle(q, k, v, gates, params, cfg, oracle, 1e-10)
 
 
-@pytest.mark.parametrize("cfg", [BATCHED[3], BATCHED[4]], ids=config_id)
+@pytest.mark.parametrize("cfg", [BATCHED[3], BATCHED[4], BATCHED[7]], ids=config_id)
 def test_pieces_and_decoding_chain_through_the_batched_path(cfg):
     """A sequence cut where a chunk does not end (the resumed chunk's pending tokens and the halo inside the
     incoming state), then decoded token by token, equals one call."""
@@ -82,7 +88,6 @@ def test_the_state_before_the_last_chunk_resumes_a_short_tail():
     "cfg",
     [
         MemoryConfig(memory="linear", optimizer="momentum", chunk_size=4),
-        MemoryConfig(memory="linear", exact_delta=True, chunk_size=4),
         MemoryConfig(memory="linear", window="global", chunk_size=4),
         MemoryConfig(memory="linear", gamma="per_step", window=3, chunk_size=4),
         MemoryConfig(memory="linear", decay_target="init", chunk_size=4),
@@ -141,3 +146,18 @@ def test_a_halo_of_the_wrong_size_is_refused():
     x = prepare_inputs(q, k, v, gates, params, cfg)
     with pytest.raises(ValueError, match="halo of 6, got T=6 and a halo of 5"):
         linear_scan.linear_chunks(x, state, params, cfg)
+
+
+@pytest.mark.parametrize("cfg", [BATCHED[3], BATCHED[1]], ids=config_id)
+def test_the_batched_path_traces_without_graph_break(cfg):
+    """torch.compile(fullgraph=True) of the op through the batched path (dynamo only), equal to the eager op."""
+    import torch._dynamo
+
+    from atlas_kernels.ops.features.poly import mark_compile_constants
+
+    q, k, v, gates, params = leaf_inputs(cfg, H, T=11, Dk=D, requires_grad=False)
+    torch._dynamo.reset()
+    mark_compile_constants()
+    traced = torch.compile(memory_chunk_torch, fullgraph=True, backend="eager")
+    o, _ = traced(q, k, v, gates, params, cfg, batch_linear=True)
+    torch.testing.assert_close(o, memory_chunk_torch(q, k, v, gates, params, cfg, batch_linear=True)[0])

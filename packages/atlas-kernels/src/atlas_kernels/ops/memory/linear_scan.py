@@ -17,9 +17,12 @@ batched operations per chunk (U formed there, one chunk at a time), instead of t
 (benchmarks/op_counts.md). The outer backward is autograd's. Same values as the loop up to rounding
 (tests/test_linear_scan.py, float64).
 
-Scope (`batched_linear`): gd, token gates, a finite window, identity or polynomial features, decay toward zero, no
-exact delta rule; under the l2 bias only up to `MAX_L2_FEATURES` features (M is F x F per chunk and head). Everything
-else runs the per-chunk loop.
+The exact delta rule (`delta.py`, DeltaNet and Gated DeltaNet) is affine in W_0 too: its chunk's triangular solve
+splits into a state-independent pair (`_delta_terms`), so it runs the same scan.
+
+Scope (`batched_linear`): gd, token gates, a finite window, identity or polynomial features, decay toward zero;
+under the l2 bias (and the exact delta rule) only up to `MAX_L2_FEATURES` features (M is F x F per chunk and head).
+Everything else runs the per-chunk loop.
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ from __future__ import annotations
 import torch
 
 from atlas_kernels.config import MemoryConfig
-from atlas_kernels.ops.memory.coefficients import chunk_decays, update_coefficients, window_gates
+from atlas_kernels.ops.memory.coefficients import (
+    _log_cumprod,
+    _ratio_matrix,
+    chunk_decays,
+    update_coefficients,
+    window_gates,
+)
 from atlas_kernels.ops.memory.functional import explicit_features, feature_kernel
 from atlas_kernels.ops.memory.inputs import OpInputs
 from atlas_kernels.ops.memory.state import MemoryState, halo_size
@@ -42,12 +51,11 @@ def batched_linear(cfg: MemoryConfig, key_dim: int) -> bool:
     return (
         cfg.memory == "linear"
         and cfg.optimizer == "gd"
-        and not cfg.exact_delta
         and cfg.gamma == "token"
         and not cfg.is_global
         and cfg.feature_map in ("identity", "poly")
         and cfg.decay_target == "zero"
-        and (cfg.bias == "dot" or cfg.feature_dim(key_dim) <= MAX_L2_FEATURES)
+        and (cfg.bias == "dot" or cfg.feature_dim(key_dim) <= MAX_L2_FEATURES)  # the exact delta rule is l2
     )
 
 
@@ -89,33 +97,13 @@ def linear_chunks(x: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
     q, alpha, eta = _fold(x.q, n, b), _fold(x.alpha, n, b), _fold(x.eta, n, b)
     fk = explicit_features(wk, params, cfg, allow_triton=True)
     fq = explicit_features(q, params, cfg, allow_triton=True)
-    G = window_gates(wg, b, h, cfg)
-    d = chunk_decays(alpha, alpha, cfg)
-    kern = feature_kernel(q @ wk.mT, params, cfg)
-    l2 = cfg.bias == "l2"
-    if cfg.decay_first and l2:
-        C1 = d.LA @ ((eta * d.A).unsqueeze(-1) * G)
-        C2 = d.LA @ (eta.unsqueeze(-1) * G)
-        K1, K2 = C1 * kern, C2 * kern
-    else:
-        C1 = C2 = update_coefficients(d, eta, G, cfg)
-        K1 = K2 = C1 * kern
-    q_eff = d.A.unsqueeze(-1) * fq
-    if l2:
-        q_eff = q_eff - K1 @ fk
-    v_c = K2 @ wv
-    A_L = d.A[..., -1, None, None]
-    if l2:
-        eye = torch.eye(fk.shape[-1], dtype=fk.dtype, device=fk.device)
-        M = A_L * eye - fk.mT @ (C1[..., -1, :, None] * fk)  # [n B, H, F, F]
-    # U = (c2 v_w)^T phi(k_w) is formed inside the scan, one chunk at a time: all chunks' U at once would hold a
-    # second copy of every chunk's state beside the chunk-start weights the backward keeps
-    cv = C2[..., -1, :, None] * wv
+    terms = _delta_terms if cfg.exact_delta else _gd_terms
+    q_eff, v_c, M, cv = terms(q, wk, wv, wg, alpha, eta, fq, fk, params, cfg)
     # chunk c as one [B H, ...] batch; unbind, not indexing: the backward of t[c] would zero-fill a gradient of all
     # n chunks once per chunk (O(n^2)), unbind's stacks the chunks' gradients once
     per_chunk = lambda t: t.reshape(n, B * H, *t.shape[2:]).unbind(0)  # noqa: E731
     q_eff, v_c, cv, fk = per_chunk(q_eff), per_chunk(v_c), per_chunk(cv), per_chunk(fk)
-    M = per_chunk(M) if l2 else per_chunk(A_L)
+    M, l2 = per_chunk(M), M.shape[-1] != 1  # M is [F, F], or the scalar A_L as [1, 1] (dot bias)
     W = state.weights["W"].reshape(B * H, Dv, -1)
     outputs = []
     for c in range(n):
@@ -134,6 +122,61 @@ def linear_chunks(x: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
         )
 
     return y, at(W, T), at(W_start, T - b)
+
+
+def _gd_terms(q, wk, wv, wg, alpha, eta, fq, fk, params, cfg: MemoryConfig):
+    """(Qeff, Vc, M, c2 v_w) of every chunk under gd (module docstring), all [n B, H, ...]; M [F, F] under the l2
+    bias, the scalar A_L as [1, 1] under the dot bias."""
+    b, h = q.shape[2], wk.shape[2] - q.shape[2]
+    G = window_gates(wg, b, h, cfg)
+    d = chunk_decays(alpha, alpha, cfg)
+    kern = feature_kernel(q @ wk.mT, params, cfg)
+    l2 = cfg.bias == "l2"
+    if cfg.decay_first and l2:
+        C1 = d.LA @ ((eta * d.A).unsqueeze(-1) * G)
+        C2 = d.LA @ (eta.unsqueeze(-1) * G)
+        K1, K2 = C1 * kern, C2 * kern
+    else:
+        C1 = C2 = update_coefficients(d, eta, G, cfg)
+        K1 = K2 = C1 * kern
+    q_eff = d.A.unsqueeze(-1) * fq
+    if l2:
+        q_eff = q_eff - K1 @ fk
+    A_L = d.A[..., -1, None, None]
+    if l2:
+        eye = torch.eye(fk.shape[-1], dtype=fk.dtype, device=fk.device)
+        M = A_L * eye - fk.mT @ (C1[..., -1, :, None] * fk)
+    else:
+        M = A_L
+    return q_eff, K2 @ wv, M, C2[..., -1, :, None] * wv
+
+
+def _delta_terms(q, k, v, gamma, alpha, eta, fq, fk, params, cfg: MemoryConfig):
+    """(Qeff, Vc, M, l Ub) of every chunk under the exact delta rule (c = 1: the window is the chunk). The chunk's
+    triangular system (`delta.py`) is (I + M_t) U = beta (V - s A_{.} W_0 phi(K)); its solution splits into
+    Ub = T beta V and Wk = T (beta s A_{.}) phi(K), T = (I + M_t)^-1, both state-independent, so U = Ub - Wk W_0^T and
+    y = (A phi(q) - P Wk) W_0^T + P Ub with P = LA o K(q, k); W_end = W_0 (A_L I - Wk^T diag(l) phi(K)) +
+    (l Ub)^T phi(K), l = LA[L - 1, :]."""
+    L = q.shape[2]
+    beta = eta * gamma
+    log_a = _log_cumprod(alpha, cfg.gate_eps)
+    A = torch.exp(log_a)
+    LA = _ratio_matrix(log_a)
+    strict = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(-1)
+    kk = feature_kernel(k @ k.mT, params, cfg)
+    clamped = torch.clamp(alpha, min=cfg.gate_eps)
+    scale = A if cfg.decay_first else A / clamped
+    inner = LA if cfg.decay_first else LA / clamped.unsqueeze(-1)
+    tri = torch.eye(L, dtype=q.dtype, device=q.device) + (beta.unsqueeze(-1) * inner * kk) * strict
+    rhs = torch.cat([beta.unsqueeze(-1) * v, (beta * scale).unsqueeze(-1) * fk], dim=-1)
+    Ub, Wk = torch.linalg.solve_triangular(tri, rhs, upper=False, unitriangular=True).split(
+        [v.shape[-1], fk.shape[-1]], dim=-1
+    )
+    P = LA * feature_kernel(q @ k.mT, params, cfg)
+    last = LA[..., -1, :, None]
+    eye = torch.eye(fk.shape[-1], dtype=fk.dtype, device=fk.device)
+    M = A[..., -1, None, None] * eye - Wk.mT @ (last * fk)
+    return A.unsqueeze(-1) * fq - P @ Wk, P @ Ub, M, last * Ub
 
 
 def _halo(halo: torch.Tensor, seq: torch.Tensor, end: int) -> torch.Tensor:
