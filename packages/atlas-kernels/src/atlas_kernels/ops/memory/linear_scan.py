@@ -1,4 +1,4 @@
-"""The linear memory under gd, all full chunks at once: a scan of one state product per chunk (docs/chunkwise.md,
+"""The linear memory under gd, all full chunks at once, then a scan of the state over the chunks (docs/chunkwise.md,
 "Linear memories: the chunk step is affine in the state").
 
 For a linear memory the chunk step of `chunk._dual_chunk` / `chunk._decay_first_chunk` is affine in the chunk-start
