@@ -33,12 +33,11 @@ for pkg in ("atlas-kernels", "atlas-model"):
     sys.path.insert(0, str(ROOT / "packages" / pkg / "src"))
 
 from marked_block import write_block  # noqa: E402
-from op_counts import label, per_chunk, preset_memories  # noqa: E402
+from op_counts import label, op_inputs, per_chunk, preset_memories  # noqa: E402
 
-from atlas_kernels import MemoryConfig, init_memory_params  # noqa: E402
+from atlas_kernels import MemoryConfig  # noqa: E402
 from atlas_kernels.ops.memory.chunk import memory_chunk_torch  # noqa: E402
 from atlas_kernels.ops.memory.linear_scan import batched_linear  # noqa: E402
-from atlas_kernels.testing import random_inputs  # noqa: E402
 
 H, D, T = 16, 64, 2048
 TIMING_ROWS = {  # benchmarks/kernels_gpu_cases.py CONFIGS, at a chunk size given per row
@@ -65,16 +64,11 @@ def rows() -> list[tuple[str, MemoryConfig]]:
 
 def step_ms(cfg: MemoryConfig, batch_linear: bool) -> float:
     """One timed forward + backward after one untimed (fresh inputs; the first call builds cached constants)."""
-    q, k, v, gates = random_inputs(1, T, H, D, dtype=torch.float32)
-    del gates["theta"]
-    params = init_memory_params(cfg, H, D, D, dtype=torch.float32)
-    leaves = [t.requires_grad_(True) for t in (q, k, v, *gates.values(), *params.values())]
-    gates = dict(zip(gates, leaves[3 : 3 + len(gates)]))
-    params = dict(zip(params, leaves[3 + len(gates) :]))
+    q, k, v, gates, params, leaves = op_inputs(cfg, H, D, T)
 
     def once() -> float:
         start = time.perf_counter()
-        o, _ = memory_chunk_torch(leaves[0], leaves[1], leaves[2], gates, params, cfg, batch_linear=batch_linear)
+        o, _ = memory_chunk_torch(q, k, v, gates, params, cfg, batch_linear=batch_linear)
         torch.autograd.grad(o.square().sum(), leaves, allow_unused=True)
         return (time.perf_counter() - start) * 1e3
 

@@ -117,19 +117,24 @@ def label(cfg: MemoryConfig) -> str:
     return " ".join(parts)
 
 
-def count_call(
-    cfg: MemoryConfig, H: int, d: int, T: int, B: int = 1, device: str = "cpu", dtype=torch.float32, **op_kwargs
-):
-    """(forward counter, backward counter) of one call of the chunk op over T tokens, gradients of every input;
-    `op_kwargs` go to `memory_chunk_torch` (batch_linear=False: the linear memories' per-chunk loop)."""
+def op_inputs(cfg: MemoryConfig, H: int, d: int, T: int, B: int = 1, device: str = "cpu", dtype=torch.float32):
+    """(q, k, v, gates, params, leaves) of the chunk op over T tokens, every one a leaf that requires grad."""
     q, k, v, gates = random_inputs(B, T, H, d, dtype=dtype)
     if not cfg.uses_momentum:
         del gates["theta"]
     params = init_memory_params(cfg, H, d, d, dtype=dtype)
     leaves = [t.to(device).requires_grad_(True) for t in (q, k, v, *gates.values(), *params.values())]
-    q, k, v = leaves[:3]
     gates = dict(zip(gates, leaves[3 : 3 + len(gates)]))
     params = dict(zip(params, leaves[3 + len(gates) :]))
+    return *leaves[:3], gates, params, leaves
+
+
+def count_call(
+    cfg: MemoryConfig, H: int, d: int, T: int, B: int = 1, device: str = "cpu", dtype=torch.float32, **op_kwargs
+):
+    """(forward counter, backward counter) of one call of the chunk op over T tokens, gradients of every input;
+    `op_kwargs` go to `memory_chunk_torch` (batch_linear=False: the linear memories' per-chunk loop)."""
+    q, k, v, gates, params, leaves = op_inputs(cfg, H, d, T, B, device, dtype)
     with OpCounter() as fwd:
         o, _ = memory_chunk_torch(q, k, v, gates, params, cfg, **op_kwargs)
     cotangent = torch.randn(o.shape, generator=torch.Generator().manual_seed(1), dtype=o.dtype).to(device)

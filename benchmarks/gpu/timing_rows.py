@@ -72,10 +72,8 @@ def compiled_op(graphs: bool = False):
     return None, "skipped: atlas-kernels offers no compiled torch op (no `compiled` option, no 'compiled' backend)"
 
 
-def compiled_factory(B, T, H, D, cfg, graphs: bool = False):
-    op, why = compiled_op(graphs)
-    if op is None:
-        return None, why
+def op_step(op, B, T, H, D, cfg):
+    """(step, forward, leaves) of a memory op with `memory_chunk`'s signature at this shape."""
     q, k, v, gates, p, leaves = cases.memory_inputs(B, T, H, D, cfg)
 
     def step():
@@ -86,7 +84,14 @@ def compiled_factory(B, T, H, D, cfg, graphs: bool = False):
         with torch.no_grad():
             op(q, k, v, gates, p, cfg)
 
-    return (step, forward, leaves), None
+    return step, forward, leaves
+
+
+def compiled_factory(B, T, H, D, cfg, graphs: bool = False):
+    op, why = compiled_op(graphs)
+    if op is None:
+        return None, why
+    return op_step(op, B, T, H, D, cfg), None
 
 
 def runs(kind: str, model: str, B: int, T: int, H: int, D: int) -> list[tuple]:
@@ -117,17 +122,7 @@ def loop_factory(B, T, H, D, cfg):
 
     if "batch_linear" not in inspect.signature(chunk.memory_chunk_torch).parameters:
         return None, "skipped: atlas-kernels has no batched linear path (every torch row is the loop)"
-    q, k, v, gates, p, leaves = cases.memory_inputs(B, T, H, D, cfg)
-
-    def step():
-        o, _ = chunk.memory_chunk_torch(q, k, v, gates, p, cfg, batch_linear=False)
-        o.float().sum().backward()
-
-    def forward():
-        with torch.no_grad():
-            chunk.memory_chunk_torch(q, k, v, gates, p, cfg, batch_linear=False)
-
-    return (step, forward, leaves), None
+    return op_step(functools.partial(chunk.memory_chunk_torch, batch_linear=False), B, T, H, D, cfg), None
 
 
 def _fla(B, T, H, D):

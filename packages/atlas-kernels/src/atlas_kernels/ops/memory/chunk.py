@@ -109,19 +109,20 @@ def memory_chunk_torch(
         state = _cast_state(state, x.k.dtype)
     if checkpoint is None:
         checkpoint = default_checkpoint(x, params, state, cfg)
-    chunks = _split_chunks(x, cfg.chunk_size)
-    group = cfg.checkpoint_group if checkpoint and torch.is_grad_enabled() else 1
-    # Checkpointing is the op's low-memory mode: there the Muon chunks also recompute their Gram matrices
-    run = functools.partial(_run_chunks, low_memory=checkpoint, compiled=compiled)
     if batch_linear is None:
         batch_linear = batch_by_default(cfg)
     if batch_linear and not checkpoint and not compiled and cfg.chunk_size <= T and batched_linear(cfg, Dk):
         outputs, state, chunk_start = _run_linear(x, state, params, cfg)
-    elif group > 1 and len(chunks) > group:
-        # Two levels: only every group-th boundary state stays alive between forward and backward
-        outputs, state, chunk_start = checkpoint_groups(run, chunks, group, state, params, cfg)
     else:
-        outputs, state, chunk_start = run(chunks, state, params, cfg, checkpoint)
+        chunks = _split_chunks(x, cfg.chunk_size)
+        group = cfg.checkpoint_group if checkpoint and torch.is_grad_enabled() else 1
+        # Checkpointing is the op's low-memory mode: there the Muon chunks also recompute their Gram matrices
+        run = functools.partial(_run_chunks, low_memory=checkpoint, compiled=compiled)
+        if group > 1 and len(chunks) > group:
+            # Two levels: only every group-th boundary state stays alive between forward and backward
+            outputs, state, chunk_start = checkpoint_groups(run, chunks, group, state, params, cfg)
+        else:
+            outputs, state, chunk_start = run(chunks, state, params, cfg, checkpoint)
     o = torch.cat(outputs, dim=2) if outputs else x.v.new_zeros(B, H, 0, Dv)
     tail = T % cfg.chunk_size
     if tail:

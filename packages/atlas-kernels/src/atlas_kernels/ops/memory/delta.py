@@ -22,16 +22,10 @@ from atlas_kernels.ops.memory.coefficients import _log_cumprod, _ratio_matrix
 from atlas_kernels.ops.memory.state import MemoryState
 
 
-def delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk, kernel, state: MemoryState, cfg, target=None):
-    """One chunk of the exact delta rule. Shapes: qc, kc [B, H, L, Dk]; vc [B, H, L, Dv]; alpha, beta [B, H, L];
-    fq, fk the explicit features [B, H, L, D]; kernel(scores) -> phi(x).phi(y). Returns (y, W_L).
-
-    target: W_init [H, Dv, D] for decay_target="init" (decay toward W_init): the rule is linear in W, so it
-    runs on D = W - W_init with values v - W_init phi(k), and W_init phi(q), W_init are added back."""
-    W0 = state.weights["W"]
-    if target is not None:
-        W0 = W0 - target
-        vc = vc - fk @ target.mT
+def delta_system(kc, alpha, beta, kernel, cfg):
+    """The state-independent parts of a chunk of the exact delta rule: (A [B, H, L], LA [B, H, L, L], scale [B, H, L],
+    I + M [B, H, L, L]): the decays, W_0's scale in token j's read weights (A_j with decay_first, else A_{j-1}) and
+    the unit lower-triangular matrix of (C10). Shared by `delta_chunk_step` and the batched chunks (`linear_scan`)."""
     log_a = _log_cumprod(alpha, cfg.gate_eps)
     A = torch.exp(log_a)
     LA = _ratio_matrix(log_a)  # [j, i] = A_j / A_i, i <= j
@@ -42,9 +36,23 @@ def delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk, kernel, state: MemoryState
     scale = A if cfg.decay_first else A / torch.clamp(alpha, min=cfg.gate_eps)
     inner = LA if cfg.decay_first else LA / torch.clamp(alpha, min=cfg.gate_eps).unsqueeze(-1)
     M = (beta.unsqueeze(-1) * inner * kk) * strict
-    rhs = beta.unsqueeze(-1) * (vc - scale.unsqueeze(-1) * (fk @ W0.mT))
     eye = torch.eye(L, dtype=kc.dtype, device=kc.device)
-    U = torch.linalg.solve_triangular(eye + M, rhs, upper=False, unitriangular=True)
+    return A, LA, scale, eye + M
+
+
+def delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk, kernel, state: MemoryState, cfg, target=None):
+    """One chunk of the exact delta rule. Shapes: qc, kc [B, H, L, Dk]; vc [B, H, L, Dv]; alpha, beta [B, H, L];
+    fq, fk the explicit features [B, H, L, D]; kernel(scores) -> phi(x).phi(y). Returns (y, W_L).
+
+    target: W_init [H, Dv, D] for decay_target="init" (decay toward W_init): the rule is linear in W, so it
+    runs on D = W - W_init with values v - W_init phi(k), and W_init phi(q), W_init are added back."""
+    W0 = state.weights["W"]
+    if target is not None:
+        W0 = W0 - target
+        vc = vc - fk @ target.mT
+    A, LA, scale, tri = delta_system(kc, alpha, beta, kernel, cfg)
+    rhs = beta.unsqueeze(-1) * (vc - scale.unsqueeze(-1) * (fk @ W0.mT))
+    U = torch.linalg.solve_triangular(tri, rhs, upper=False, unitriangular=True)
     y = A.unsqueeze(-1) * (fq @ W0.mT) + (LA * kernel(qc @ kc.mT)) @ U
     W = A[..., -1, None, None] * W0 + (LA[..., -1, :].unsqueeze(-1) * U).mT @ fk
     if target is not None:

@@ -30,13 +30,8 @@ from __future__ import annotations
 import torch
 
 from atlas_kernels.config import MemoryConfig
-from atlas_kernels.ops.memory.coefficients import (
-    _log_cumprod,
-    _ratio_matrix,
-    chunk_decays,
-    update_coefficients,
-    window_gates,
-)
+from atlas_kernels.ops.memory.coefficients import chunk_decays, update_coefficients, window_gates
+from atlas_kernels.ops.memory.delta import delta_system
 from atlas_kernels.ops.memory.functional import explicit_features, feature_kernel
 from atlas_kernels.ops.memory.inputs import OpInputs
 from atlas_kernels.ops.memory.state import MemoryState, halo_size
@@ -103,7 +98,7 @@ def linear_chunks(x: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
     # n chunks once per chunk (O(n^2)), unbind's stacks the chunks' gradients once
     per_chunk = lambda t: t.reshape(n, B * H, *t.shape[2:]).unbind(0)  # noqa: E731
     q_eff, v_c, cv, fk = per_chunk(q_eff), per_chunk(v_c), per_chunk(cv), per_chunk(fk)
-    M, l2 = per_chunk(M), M.shape[-1] != 1  # M is [F, F], or the scalar A_L as [1, 1] (dot bias)
+    M, l2 = per_chunk(M), cfg.bias == "l2"  # M is [F, F] under the l2 bias (the exact delta rule too), else A_L
     W = state.weights["W"].reshape(B * H, Dv, -1)
     outputs = []
     for c in range(n):
@@ -139,16 +134,11 @@ def _gd_terms(q, wk, wv, wg, alpha, eta, fq, fk, params, cfg: MemoryConfig):
     else:
         C1 = C2 = update_coefficients(d, eta, G, cfg)
         K1 = K2 = C1 * kern
-    q_eff = d.A.unsqueeze(-1) * fq
-    if l2:
-        q_eff = q_eff - K1 @ fk
-    A_L = d.A[..., -1, None, None]
-    if l2:
-        eye = torch.eye(fk.shape[-1], dtype=fk.dtype, device=fk.device)
-        M = A_L * eye - fk.mT @ (C1[..., -1, :, None] * fk)
-    else:
-        M = A_L
-    return q_eff, K2 @ wv, M, C2[..., -1, :, None] * wv
+    q_eff, A_L, cv = d.A.unsqueeze(-1) * fq, d.A[..., -1, None, None], C2[..., -1, :, None] * wv
+    if not l2:
+        return q_eff, K2 @ wv, A_L, cv
+    eye = torch.eye(fk.shape[-1], dtype=fk.dtype, device=fk.device)
+    return q_eff - K1 @ fk, K2 @ wv, A_L * eye - fk.mT @ (C1[..., -1, :, None] * fk), cv
 
 
 def _delta_terms(q, k, v, gamma, alpha, eta, fq, fk, params, cfg: MemoryConfig):
@@ -157,17 +147,8 @@ def _delta_terms(q, k, v, gamma, alpha, eta, fq, fk, params, cfg: MemoryConfig):
     Ub = T beta V and Wk = T (beta s A_{.}) phi(K), T = (I + M_t)^-1, both state-independent, so U = Ub - Wk W_0^T and
     y = (A phi(q) - P Wk) W_0^T + P Ub with P = LA o K(q, k); W_end = W_0 (A_L I - Wk^T diag(l) phi(K)) +
     (l Ub)^T phi(K), l = LA[L - 1, :]."""
-    L = q.shape[2]
     beta = eta * gamma
-    log_a = _log_cumprod(alpha, cfg.gate_eps)
-    A = torch.exp(log_a)
-    LA = _ratio_matrix(log_a)
-    strict = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(-1)
-    kk = feature_kernel(k @ k.mT, params, cfg)
-    clamped = torch.clamp(alpha, min=cfg.gate_eps)
-    scale = A if cfg.decay_first else A / clamped
-    inner = LA if cfg.decay_first else LA / clamped.unsqueeze(-1)
-    tri = torch.eye(L, dtype=q.dtype, device=q.device) + (beta.unsqueeze(-1) * inner * kk) * strict
+    A, LA, scale, tri = delta_system(k, alpha, beta, lambda s: feature_kernel(s, params, cfg), cfg)
     rhs = torch.cat([beta.unsqueeze(-1) * v, (beta * scale).unsqueeze(-1) * fk], dim=-1)
     Ub, Wk = torch.linalg.solve_triangular(tri, rhs, upper=False, unitriangular=True).split(
         [v.shape[-1], fk.shape[-1]], dim=-1
