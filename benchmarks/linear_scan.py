@@ -62,13 +62,18 @@ def rows() -> list[tuple[str, MemoryConfig]]:
     return out
 
 
-def step_ms(cfg: MemoryConfig, batch_linear: bool) -> float:
-    """One timed forward + backward after one untimed (fresh inputs; the first call builds cached constants)."""
+# the two paths compared: the per-chunk loop (every chunk builds its own terms too) and the batched chunks
+MODES = {False: {"batch_linear": False, "batch_terms": False}, True: {"batch_linear": True}}
+
+
+def step_ms(cfg: MemoryConfig, **op_kwargs) -> float:
+    """One timed forward + backward after one untimed (fresh inputs; the first call builds cached constants);
+    `op_kwargs` go to `memory_chunk_torch`."""
     q, k, v, gates, params, leaves = op_inputs(cfg, H, D, T)
 
     def once() -> float:
         start = time.perf_counter()
-        o, _ = memory_chunk_torch(q, k, v, gates, params, cfg, batch_linear=batch_linear)
+        o, _ = memory_chunk_torch(q, k, v, gates, params, cfg, **op_kwargs)
         torch.autograd.grad(o.square().sum(), leaves, allow_unused=True)
         return (time.perf_counter() - start) * 1e3
 
@@ -76,14 +81,15 @@ def step_ms(cfg: MemoryConfig, batch_linear: bool) -> float:
     return once()
 
 
-def measure(reps: int) -> list[dict]:
+def measure(cases: list[tuple[str, MemoryConfig]], reps: int, modes: dict[bool, dict] = MODES) -> list[dict]:
+    """Kernels per chunk and the median fwd+bwd time of each case under both `modes` (False: before, True: after)."""
     results = []
-    for name, cfg in rows():
-        counts = {mode: per_chunk(cfg, H, D, batch_linear=mode) for mode in (False, True)}
+    for name, cfg in cases:
+        counts = {mode: per_chunk(cfg, H, D, **kw) for mode, kw in modes.items()}
         times = {False: [], True: []}
         for _ in range(reps):  # alternate, so that a change in the machine's load hits both
-            for mode in (False, True):
-                times[mode].append(step_ms(cfg, mode))
+            for mode, kw in modes.items():
+                times[mode].append(step_ms(cfg, **kw))
         ms = {mode: statistics.median(t) for mode, t in times.items()}
         results.append({"name": name, "cfg": label(cfg), "counts": counts, "ms": ms})
         print(f"{name}: {ms[False]:.0f} -> {ms[True]:.0f} ms", flush=True)
@@ -98,10 +104,10 @@ def _call_total(counts: dict, mode: bool) -> int:
     return int(counts[mode]["fwd"]["kernels total"] + counts[mode]["bwd"]["kernels total"])
 
 
-def table(results: list[dict]) -> str:
+def table(results: list[dict], after: str = "batched") -> str:
     head = (
-        "| memory (presets) | kernels / chunk fwd: loop -> batched | bwd: loop -> batched | 4-chunk call fwd + bwd: "
-        "loop -> batched | fwd+bwd ms, T 2048: loop | batched | speed-up |\n|---|---|---|---|---:|---:|---:|"
+        f"| memory (presets) | kernels / chunk fwd: loop -> {after} | bwd: loop -> {after} | 4-chunk call fwd + bwd: "
+        f"loop -> {after} | fwd+bwd ms, T 2048: loop | {after} | speed-up |\n|---|---|---|---|---:|---:|---:|"
     )
     lines = [head]
     for r in results:
@@ -120,18 +126,22 @@ def main(argv=None) -> None:
     p.add_argument("--reps", type=int, default=3, help="timed calls per path and row (median; default 3)")
     p.add_argument("--out", help="write the table into this markdown file (the block between markers)")
     args = p.parse_args(argv)
-    results = measure(args.reps)
-    cpu = platform.processor() or platform.machine()
-    header = (
-        f"Command: `python benchmarks/linear_scan.py {shlex.join(argv if argv is not None else sys.argv[1:])}`. "
-        f"Machine: {cpu} CPU, {torch.get_num_threads()} threads, torch {torch.__version__}. "
-        f"Date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC. 340M head shape (H {H}, d {D}), "
-        f"batch 1, float32."
-    )
+    results = measure(rows(), args.reps)
+    header = run_header("linear_scan.py", argv)
     body = table(results)
     print(body)
     if args.out:
         write_block(args.out, "linear-scan", f"{header}\n\n{body}", "benchmarks/linear_scan.py")
+
+
+def run_header(script: str, argv) -> str:
+    cpu = platform.processor() or platform.machine()
+    return (
+        f"Command: `python benchmarks/{script} {shlex.join(argv if argv is not None else sys.argv[1:])}`. "
+        f"Machine: {cpu} CPU, {torch.get_num_threads()} threads, torch {torch.__version__}. "
+        f"Date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC. 340M head shape (H {H}, d {D}), "
+        f"batch 1, float32."
+    )
 
 
 if __name__ == "__main__":

@@ -105,16 +105,18 @@ def test_the_cpu_side_turns_the_returned_files_into_rows_and_verdicts(rehearsal,
     timing = [r for r in rows if r.startswith("| tiny | 70 | 1 |")]
     loop = "torch chunk op, per-chunk loop"
     eager = ["triton", "fla chunk_gated_delta_rule", "torch chunk op", loop, "triton", "torch chunk op", loop]
+    eager += ["torch chunk op", loop]  # the Omega MLP memory, its chunks' terms batched and per chunk
     compiled = ["torch chunk op, compiled", "torch chunk op, compiled + CUDA graphs"]
     assert [r.split(" | ")[3] for r in timing] == [*eager, *eager, *compiled, *compiled]
-    assert "(warm-up, not timed)" in timing[0] and all("nothing to compile" in timing[i] for i in (2, 3, 5, 6))
-    assert "% |" in timing[7] and "% |" in timing[9] and "% |" in timing[10]
-    assert "(warm-up, not timed)" in timing[14] and "% |" in timing[16] and "% |" in timing[17]
-    assert "skipped: flash-linear-attention" in timing[8] or "ms" not in timing[8]
+    assert "(warm-up, not timed)" in timing[0] and all("nothing to compile" in timing[i] for i in (2, 3, 5, 6, 7, 8))
+    assert all("% |" in timing[i] for i in (9, 11, 12, 14, 15, 16, 17))
+    assert "(warm-up, not timed)" in timing[18] and "% |" in timing[20] and "% |" in timing[21]
+    assert "skipped: flash-linear-attention" in timing[10] or "ms" not in timing[10]
     # after the timed rows, one profiled step per timed row: kernels launched, busy time, the busiest kernel
     profiled = [r.split(" | ") for r in rows if r.startswith(("| tiny | triton |", "| tiny | torch chunk op"))]
     pairs = [(impl, "gated-delta c=1") for impl in ("triton", "torch chunk op", loop)]
     pairs += [(impl, "omega c=4") for impl in ("triton", "torch chunk op", loop)]
+    pairs += [(impl, "mlp omega gd c=4") for impl in ("torch chunk op", loop)]
     pairs += [(impl, "gated-delta c=1") for impl in compiled]
     assert [(r[1], r[2]) for r in profiled] == pairs
     assert all(int(r[4].replace(",", "")) > 0 and r[7].startswith("`") for r in profiled)

@@ -7,8 +7,9 @@
 `eager`: the linear memory's rows that the first GPU run never reached (results-2026-11-30-h200.md, "What is left"
 2): the Triton op and the torch chunk op for the gated delta rule (c = 1) and the Omega window (c = 4), the torch op
 both with its full chunks batched (its default for these memories, ops/memory/linear_scan.py) and with the per-chunk
-loop that replaced, beside flash-linear-attention's `chunk_gated_delta_rule` (Gated DeltaNet's kernels: the ceiling
-a linear memory can reach;
+loop that replaced, and the Omega MLP memory's torch op (c = 4) with its chunks' terms batched
+(ops/memory/chunk_terms.py) and with the loop building them per chunk, beside flash-linear-attention's
+`chunk_gated_delta_rule` (Gated DeltaNet's kernels: the ceiling a linear memory can reach;
 "skipped" with the reason when `fla` is not importable, see wheels.sh). `compiled`: the torch chunk op with its chunk
 step under torch.compile, when atlas-kernels offers one (`memory_chunk_torch(..., compiled=True)` or a "compiled"
 backend); otherwise every row says so. Its first call compiles (tens of seconds), so it is a step of its own.
@@ -48,6 +49,9 @@ COMPILED_CONFIGS = ["gated-delta c=1", "omega c=4", "mlp omega gd c=4"]
 GRAPH_CONFIGS = ["mlp omega gd c=4"]
 GRAPHS_ROW = "torch chunk op, compiled + CUDA graphs"
 LOOP_ROW = "torch chunk op, per-chunk loop"
+# the Omega MLP memory's eager op, its full chunks' terms built as one batch (the default) beside the loop building
+# them chunk by chunk (LOOP_ROW): the state-independent work moved out of the sequence (ops/memory/chunk_terms.py)
+MLP_ROW = "mlp omega gd c=4"
 EAGER_TORCH = ("torch chunk op", LOOP_ROW)  # nothing compiles: not warmed
 # torch.compile backend of the compiled rows: True = inductor (the real rows); the smoke run traces with "eager",
 # which checks the plumbing without inductor's minutes of CPU code generation
@@ -103,7 +107,7 @@ def runs(kind: str, model: str, B: int, T: int, H: int, D: int) -> list[tuple]:
             if name in GRAPH_CONFIGS:
                 rows.append((GRAPHS_ROW, name, cfgs[name], compiled_factory, (B, T, H, D, cfgs[name], True)))
         return rows
-    gdr, omega = cfgs["gated-delta c=1"], cfgs["omega c=4"]
+    gdr, omega, mlp = cfgs["gated-delta c=1"], cfgs["omega c=4"], cfgs[MLP_ROW]
     return [
         ("triton", "gated-delta c=1", gdr, cases.atlas_factory, ("triton", B, T, H, D, gdr)),
         ("fla chunk_gated_delta_rule", "gated-delta c=1", gdr, _fla, (B, T, H, D)),
@@ -112,17 +116,23 @@ def runs(kind: str, model: str, B: int, T: int, H: int, D: int) -> list[tuple]:
         ("triton", "omega c=4", omega, cases.atlas_factory, ("triton", B, T, H, D, omega)),
         ("torch chunk op", "omega c=4", omega, cases.atlas_factory, ("torch", B, T, H, D, omega)),
         (LOOP_ROW, "omega c=4", omega, loop_factory, (B, T, H, D, omega)),
+        ("torch chunk op", MLP_ROW, mlp, cases.atlas_factory, ("torch", B, T, H, D, mlp)),
+        (LOOP_ROW, MLP_ROW, mlp, loop_factory, (B, T, H, D, mlp)),
     ]
 
 
 def loop_factory(B, T, H, D, cfg):
-    """The torch chunk op with its per-chunk loop (`batch_linear=False`): the "torch chunk op" rows of these linear
-    memories run their full chunks batched (ops/memory/linear_scan.py), this is what they replaced."""
+    """The torch chunk op with its per-chunk loop (`batch_linear=False`, `batch_terms=False`: every chunk builds its
+    own terms): the "torch chunk op" rows of the linear memories run their full chunks batched
+    (ops/memory/linear_scan.py), the MLP memory's its chunks' terms (ops/memory/chunk_terms.py); this is what those
+    replaced."""
     from atlas_kernels.ops.memory import chunk
 
-    if "batch_linear" not in inspect.signature(chunk.memory_chunk_torch).parameters:
+    options = inspect.signature(chunk.memory_chunk_torch).parameters
+    if "batch_linear" not in options:
         return None, "skipped: atlas-kernels has no batched linear path (every torch row is the loop)"
-    return op_step(functools.partial(chunk.memory_chunk_torch, batch_linear=False), B, T, H, D, cfg), None
+    loop = {"batch_linear": False, **({"batch_terms": False} if "batch_terms" in options else {})}
+    return op_step(functools.partial(chunk.memory_chunk_torch, **loop), B, T, H, D, cfg), None
 
 
 def _fla(B, T, H, D):

@@ -26,18 +26,14 @@ import torch.utils.checkpoint
 
 from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.checkpoint import checkpoint_groups, default_checkpoint
+from atlas_kernels.ops.memory.chunk_terms import batched_chunk_terms, batched_terms_apply, chunk_terms
 from atlas_kernels.ops.memory.coefficients import (
-    chunk_decays,
     decayed,
-    momentum_end_coefficients,
-    update_coefficients,
-    window_gates,
 )
 from atlas_kernels.ops.memory.delta import delta_chunk_step
 from atlas_kernels.ops.memory.functional import (
     activation,
     exp_kernel,
-    explicit_features,
     feature_kernel,
     memory_forward,
 )
@@ -62,6 +58,7 @@ def memory_chunk_torch(
     checkpoint: bool | None = None,
     compiled: bool | str = False,
     batch_linear: bool | None = None,
+    batch_terms: bool = True,
 ):
     """Chunkwise-parallel memory op in PyTorch. Arguments and returns as `atlas_kernels.memory_chunk`, plus:
 
@@ -87,6 +84,11 @@ def memory_chunk_torch(
         (`linear_scan.batch_by_default`; polynomial features ran 2x slower batched on a CPU, benchmarks/
         linear_scan.md); True: with polynomial features too; False: never (the loop, the reference the batched form
         is tested against).
+    batch_terms: in the per-chunk loop, build the state-independent terms of every full chunk (windows, features,
+        gates, decays, coefficients, the query-window kernel) as one batch before the loop
+        (`chunk_terms.batched_chunk_terms`), when neither `checkpoint` nor `compiled` is set and the configuration
+        allows it (`chunk_terms.batched_terms_apply`: a finite window, identity or polynomial features, not the
+        exact delta rule). False: every chunk builds its own (the reference the batched terms are tested against).
     """
     if compiled and isinstance(cfg, MemoryConfig) and (cfg.feature_map == "exp" or cfg.is_global):
         grows = "feature_map='exp' (the dual-form keys)" if cfg.feature_map == "exp" else "window='global' (the halo)"
@@ -113,6 +115,8 @@ def memory_chunk_torch(
         batch_linear = batch_by_default(cfg)
     if batch_linear and not checkpoint and not compiled and cfg.chunk_size <= T and batched_linear(cfg, Dk):
         outputs, state, chunk_start = _run_linear(x, state, params, cfg)
+    elif batch_terms and not checkpoint and not compiled and cfg.chunk_size <= T and batched_terms_apply(cfg):
+        outputs, state, chunk_start = _run_batched_terms(x, state, params, cfg)
     else:
         chunks = _split_chunks(x, cfg.chunk_size)
         group = cfg.checkpoint_group if checkpoint and torch.is_grad_enabled() else 1
@@ -153,6 +157,22 @@ def _run_chunks(
             )
         else:
             y, state = step(xc, state, params, cfg, low_memory)
+        outputs.append(y)
+    return outputs, state, chunk_start
+
+
+def _run_batched_terms(x: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
+    """`_run_chunks` (no checkpoint, eager) with the full chunks' terms built as one batch beforehand
+    (`chunk_terms.batched_chunk_terms`); a short last chunk builds its own."""
+    chunks = _split_chunks(x, cfg.chunk_size)
+    n_full = x.k.shape[2] // cfg.chunk_size
+    end = n_full * cfg.chunk_size
+    full = OpInputs(**{name: getattr(x, name)[:, :, :end] for name in OpInputs.__dataclass_fields__})
+    terms = batched_chunk_terms(full, state, params, cfg)
+    outputs, chunk_start = [], state
+    for i, xc in enumerate(chunks):
+        chunk_start = state
+        y, state = _chunk_step(xc, state, params, cfg, False, terms[i] if i < n_full else None)
         outputs.append(y)
     return outputs, state, chunk_start
 
@@ -277,31 +297,24 @@ def _gradient_factors(wk, fk, wv, state, params, cfg):
     return factors, f0
 
 
-def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig, low_memory: bool):
+def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig, low_memory: bool, terms=None):
     """One chunk: `xc` holds its L <= b tokens only (see `_split_chunks`). `low_memory`: the factored Muon path
-    recomputes its Gram matrices in the backward instead of keeping them (`muon_lowrank.lowrank_muon_chunk`)."""
+    recomputes its Gram matrices in the backward instead of keeping them (`muon_lowrank.lowrank_muon_chunk`).
+    `terms`: the chunk's `ChunkTerms` when built beforehand (`chunk_terms.batched_chunk_terms`), else built here."""
+    t = chunk_terms(xc, state, params, cfg) if terms is None else terms
     qc, kc, vc = xc.q, xc.k, xc.v
-    alpha, eta, theta = xc.alpha, xc.eta, xc.theta
-    L, halo = kc.shape[2], state.halo_k.shape[2]
-    wk = torch.cat([state.halo_k, kc], dim=2)
-    wv = torch.cat([state.halo_v, vc], dim=2)
-    per_step = cfg.gamma == "per_step"
-    # gamma="per_step": the window row holds presence (padding 0), the c gates stay with the step that uses them
-    wg = torch.cat([state.halo_gamma, torch.ones_like(kc[..., 0]) if per_step else xc.gamma], dim=2)
-    exp = cfg.feature_map == "exp"
-    fk = None if exp else explicit_features(wk, params, cfg, allow_triton=True)
-    fq = None if exp else explicit_features(qc, params, cfg, allow_triton=True)
-
-    G = window_gates(wg, L, halo, cfg, steps=xc.gamma if per_step else None)
-    d = chunk_decays(alpha, theta, cfg)
+    eta = xc.eta
+    wk, wv, wg, fk, fq = t.wk, t.wv, t.wg, t.fk, t.fq
+    halo = state.halo_k.shape[2]
     target = _decay_target(params, cfg)
     if cfg.exact_delta:
-        beta = eta * (xc.gamma[..., 0] if per_step else xc.gamma)  # c = 1: the token's own gate
+        beta = eta * (xc.gamma[..., 0] if cfg.gamma == "per_step" else xc.gamma)  # c = 1: the token's own gate
         kernel = lambda s: feature_kernel(s, params, cfg)  # noqa: E731
         W_init = None if target is None else target["W"]
-        y, W = delta_chunk_step(qc, kc, vc, alpha, beta, fq, fk[:, :, halo:], kernel, state, cfg, target=W_init)
+        y, W = delta_chunk_step(qc, kc, vc, xc.alpha, beta, fq, fk[:, :, halo:], kernel, state, cfg, target=W_init)
         return y, MemoryState(weights={"W": W}, momentum=None, halo_k=wk[:, :, wk.shape[2] :],
                               halo_v=wv[:, :, wv.shape[2] :], halo_gamma=wg[:, :, wg.shape[2] :])  # fmt: skip
+    d, G = t.d, t.G
     factors, f0 = _gradient_factors(wk, fk, wv, state, params, cfg)
     form = resolve_ns_form(cfg, _weight_shapes(factors), qc.device) if cfg.optimizer == "muon" else None
     if form == "lowrank":
@@ -309,13 +322,13 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig, low
     elif form is not None:
         y, weights, momentum = _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target, form)
     elif cfg.decay_first and cfg.bias == "l2":
-        y, weights = _decay_first_chunk(qc, wk, fk, fq, wv, f0, d, eta, G, state, params, cfg, target)
+        y, weights = _decay_first_chunk(qc, fk, fq, wv, f0, d, eta, G, t.kern, state, cfg, target)
         momentum = None
     else:
-        y, weights, momentum = _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg, target)
+        y, weights, momentum = _dual_chunk(qc, fq, factors, t, state, params, cfg, target)
     cut = 0 if cfg.is_global else wk.shape[2] - halo_size(cfg)  # the next chunk's halo: the last c - 1 tokens
     kernel_keys = None
-    if exp:
+    if cfg.feature_map == "exp":
         kernel_keys = torch.cat([state.kernel_keys, kc], dim=2)
     new_state = MemoryState(
         weights=weights,
@@ -337,28 +350,28 @@ def _decay_target(params, cfg: MemoryConfig) -> dict[str, torch.Tensor] | None:
     return {n: params[n] for n in cfg.weight_names if n not in skip}
 
 
-def _dual_layer(name, x_raw, feats, kmat, C, d, factors, state, params, cfg, target=None):
+def _dual_layer(name, x_raw, feats, CK, d, factors, state, params, cfg, target=None):
     """W_j x_j = A_j W_0 x_j - P_j S_0 x_j - sum_w C[j, w] e_w (z_w . x_j) for every chunk token j
-    (+ (1 - A_j) W_init x_j with a decay target)."""
+    (+ (1 - A_j) W_init x_j with a decay target); CK = C o [z_w . x_j] (the kernel of the layer's inputs)."""
     out = d.A.unsqueeze(-1) * _apply_start(name, x_raw, feats, state, cfg, params)
     if target is not None and name in target:
         out = out + (1.0 - d.A).unsqueeze(-1) * (feats @ target[name].mT)
     if cfg.optimizer == "momentum":
         out = out - d.P.unsqueeze(-1) * (feats @ state.momentum[name].mT)
-    return out - (C * kmat) @ factors[name][0]
+    return out - CK @ factors[name][0]
 
 
-def _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg, target=None):
-    C = update_coefficients(d, eta, G, cfg)
-    kern = feature_kernel(qc @ wk.mT, params, cfg)
+def _dual_chunk(qc, fq, factors, t, state, params, cfg, target=None):
+    """The dual path (gd, momentum) from the chunk's terms `t` (`ChunkTerms`)."""
+    C, d = t.C, t.d
     if cfg.memory == "linear":
-        y = _dual_layer("W", qc, fq, kern, C, d, factors, state, params, cfg, target)
+        y = _dual_layer("W", qc, fq, t.CK, d, factors, state, params, cfg, target)
     else:
-        a = _dual_layer("W2", qc, fq, kern, C, d, factors, state, params, cfg, target)
+        a = _dual_layer("W2", qc, fq, t.CK, d, factors, state, params, cfg, target)
         hs = activation(a, cfg)
         gated = cfg.memory == "gated_mlp"
-        h = hs * _dual_layer("W3", qc, fq, kern, C, d, factors, state, params, cfg, target) if gated else hs
-        b = _dual_layer("W1", h, h, h @ factors["W1"][1].mT, C, d, factors, state, params, cfg, target)
+        h = hs * _dual_layer("W3", qc, fq, t.CK, d, factors, state, params, cfg, target) if gated else hs
+        b = _dual_layer("W1", h, h, C * (h @ factors["W1"][1].mT), d, factors, state, params, cfg, target)
         if cfg.memory_norm:
             b, _ = _layer_norm_with_grad(b, None, params, cfg)
         y = qc + b if cfg.residual else b
@@ -367,7 +380,7 @@ def _dual_chunk(qc, wk, fq, factors, d, eta, G, state, params, cfg, target=None)
     A_L = d.A[..., -1, None, None]
     weights, momentum = {}, None
     if cfg.optimizer == "momentum":
-        r = momentum_end_coefficients(d, eta, G)
+        r = t.r
         Th_L, P_L = d.Th[..., -1, None, None], d.P[..., -1, None, None]
         momentum = {}
     for name, (signal, z) in factors.items():
@@ -425,7 +438,7 @@ def _muon_chunk(qc, fq, factors, d, eta, G, state, params, cfg, target=None, for
     return y, {n: w[:, :, -1].clone() for n, w in per_token.items()}, momentum
 
 
-def _decay_first_chunk(qc, wk, fk, fq, wv, f0, d, eta, G, state, params, cfg, target=None):
+def _decay_first_chunk(qc, fk, fq, wv, f0, d, eta, G, kern, state, cfg, target=None):
     """Linear memory, l2 bias, gated-delta ordering: token n's gradient is taken at A_n W_0.
 
     u_w^(n) = (A_n W_0 k_w - v_w) k_w^T splits into two coefficient matrices:
@@ -435,7 +448,6 @@ def _decay_first_chunk(qc, wk, fk, fq, wv, f0, d, eta, G, state, params, cfg, ta
     """
     C1 = d.LA @ ((eta * d.A).unsqueeze(-1) * G)
     C2 = d.LA @ (eta.unsqueeze(-1) * G)
-    kern = feature_kernel(qc @ wk.mT, params, cfg)
     y = d.A.unsqueeze(-1) * (fq @ state.weights["W"].mT)
     if target is not None:
         g0 = fk @ target["W"].mT

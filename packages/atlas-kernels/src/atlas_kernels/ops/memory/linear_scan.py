@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 
 from atlas_kernels.config import MemoryConfig
+from atlas_kernels.ops.memory.chunk_terms import fold, windows
 from atlas_kernels.ops.memory.coefficients import chunk_decays, update_coefficients, window_gates
 from atlas_kernels.ops.memory.delta import delta_system
 from atlas_kernels.ops.memory.functional import explicit_features, feature_kernel
@@ -61,22 +62,6 @@ def batch_by_default(cfg: MemoryConfig) -> bool:
     return cfg.feature_map == "identity"
 
 
-def _fold(t: torch.Tensor, n: int, size: int) -> torch.Tensor:
-    """[B, H, n size, ...] -> [n B, H, size, ...], chunk-major so that chunk c is rows c B .. (c + 1) B - 1."""
-    B, H = t.shape[:2]
-    return t.reshape(B, H, n, size, *t.shape[3:]).movedim(2, 0).reshape(n * B, H, size, *t.shape[3:])
-
-
-def _windows(halo: torch.Tensor, seq: torch.Tensor, n: int, b: int) -> torch.Tensor:
-    """Each chunk's window (its halo, then its tokens) from [B, H, h, ...] + [B, H, n b, ...] -> [n B, H, b + h,
-    ...]: the extended sequence's rows c b .. c b + b + h - 1 for chunk c."""
-    ext = torch.cat([halo, seq], dim=2)
-    h = halo.shape[2]
-    win = ext.unfold(2, b + h, b)  # [B, H, n, ..., b + h]
-    win = win.movedim(-1, 3) if seq.dim() == 4 else win  # rows before the feature dim
-    return win.movedim(2, 0).reshape(n * seq.shape[0], seq.shape[1], b + h, *seq.shape[3:])
-
-
 def linear_chunks(x: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
     """The n full chunks of `x` (T = n b tokens, n >= 1) from `state`: (outputs [B, H, T, Dv], the state after the
     last chunk, the state before it), the same as the per-chunk loop returns."""
@@ -86,10 +71,10 @@ def linear_chunks(x: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
     if n * b != T or n < 1 or state.halo_k.shape[2] != h:
         raise ValueError(f"linear_chunks: expected T a positive multiple of {b} and a halo of {h}, got T={T} and "
                          f"a halo of {state.halo_k.shape[2]}")  # fmt: skip
-    wk = _windows(state.halo_k, x.k, n, b)
-    wv = _windows(state.halo_v, x.v, n, b)
-    wg = _windows(state.halo_gamma, x.gamma, n, b)
-    q, alpha, eta = _fold(x.q, n, b), _fold(x.alpha, n, b), _fold(x.eta, n, b)
+    wk = windows(state.halo_k, x.k, n, b)
+    wv = windows(state.halo_v, x.v, n, b)
+    wg = windows(state.halo_gamma, x.gamma, n, b)
+    q, alpha, eta = fold(x.q, n, b), fold(x.alpha, n, b), fold(x.eta, n, b)
     fk = explicit_features(wk, params, cfg, allow_triton=True)
     fq = explicit_features(q, params, cfg, allow_triton=True)
     terms = _delta_terms if cfg.exact_delta else _gd_terms
