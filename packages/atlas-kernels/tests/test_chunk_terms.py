@@ -85,7 +85,7 @@ def test_batched_terms_match_the_token_loop_oracle(cfg):
 @pytest.mark.parametrize("cfg", [BATCHED[0], BATCHED[3], BATCHED[7], BATCHED[8]], ids=config_id)
 def test_each_chunks_terms_equal_the_per_chunk_builder(cfg):
     """Entry c of `batched_chunk_terms` is `chunk_terms` of chunk c after the halo the loop carries into it, field
-    by field (the decays' too)."""
+    by field (the decays' too; the features as the chunk's step reads them, `chunk_features`)."""
     q, k, v, gates, params = leaf_inputs(cfg, H, B=2, T=12, Dk=D, eta_scale=0.5, requires_grad=False)
     x = prepare_inputs(q, k, v, _gates(cfg, gates), params, cfg)
     state = initial_state(params, cfg, x.k, D, dual_exp=True)
@@ -94,7 +94,12 @@ def test_each_chunks_terms_equal_the_per_chunk_builder(cfg):
     assert len(batched) == len(chunks) == 12 // cfg.chunk_size
     for c, xc in enumerate(chunks):
         ref = chunk_terms.chunk_terms(xc, state, params, cfg)
-        for name in chunk_terms.ChunkTerms.__dataclass_fields__:
+        # polynomial features are left to each chunk's step: what it computes from the batched window
+        features = zip(("fk", "fq"), chunk_terms.chunk_features(batched[c], xc.q, params, cfg), (ref.fk, ref.fq))
+        assert (batched[c].fk is None) == (cfg.feature_map == "poly")
+        for name, got, want in features:
+            torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-14, msg=f"chunk {c}, {name}")
+        for name in chunk_terms.ChunkTerms.__dataclass_fields__.keys() - {"fk", "fq"}:
             a, b = getattr(batched[c], name), getattr(ref, name)
             pairs = [(a, b)] if name != "d" else [(getattr(a, f), getattr(b, f)) for f in a.__dataclass_fields__]
             for got, want in pairs:

@@ -26,7 +26,7 @@ import torch.utils.checkpoint
 
 from atlas_kernels.config import MemoryConfig
 from atlas_kernels.ops.memory.checkpoint import checkpoint_groups, default_checkpoint
-from atlas_kernels.ops.memory.chunk_terms import batched_chunk_terms, batched_terms_apply, chunk_terms
+from atlas_kernels.ops.memory.chunk_terms import batched_chunk_terms, batched_terms_apply, chunk_features, chunk_terms
 from atlas_kernels.ops.memory.coefficients import (
     decayed,
 )
@@ -304,7 +304,8 @@ def _chunk_step(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig, low
     t = chunk_terms(xc, state, params, cfg) if terms is None else terms
     qc, kc, vc = xc.q, xc.k, xc.v
     eta = xc.eta
-    wk, wv, wg, fk, fq = t.wk, t.wv, t.wg, t.fk, t.fq
+    wk, wv, wg = t.wk, t.wv, t.wg
+    fk, fq = chunk_features(t, qc, params, cfg)
     halo = state.halo_k.shape[2]
     target = _decay_target(params, cfg)
     if cfg.exact_delta:

@@ -5,8 +5,9 @@ A chunk step (`chunk._chunk_step`) starts from terms that depend on the inputs o
 then the chunk's tokens), the features of its keys and of the chunk's queries, the window x gamma gates G, the
 decays, the update coefficients C and the query-window kernel matrix. Only the halo comes from the state, and the
 halo is the previous c - 1 input tokens, so for the full chunks of one call all of these can be built up front: the
-chunks folded into the batch dimension, every window a slice of halo + sequence, each feature computed once per
-token instead of once per window it falls in. The per-chunk loop then runs only what depends on the chunk-start
+chunks folded into the batch dimension, every window a slice of halo + sequence. Polynomial features stay with
+each chunk (built for every chunk at once, their products ran 1.3-1.7x slower on a CPU, out of cache; identity
+features are the inputs themselves). The per-chunk loop then runs only what depends on the chunk-start
 state (the memory's forward and gradients at W_0, the retrieval and the end state): at the 340M shape that moves
 about two fifths of the gd MLP memory's per-chunk operations out of the sequential part (benchmarks/op_counts.md).
 
@@ -40,7 +41,8 @@ class ChunkTerms:
     """One chunk's state-independent terms, [B, H, ...] with W = halo + L window tokens.
 
     wk, wv, wg: the window's keys [W, Dk], values [W, Dv] and gamma row [W] (presence under gamma="per_step");
-    fk, fq: the features of wk and of the chunk's queries (None for exp features, whose first layer is dual);
+    fk, fq: the features of wk and of the chunk's queries (None for exp features, whose first layer is dual, and
+    for polynomial features in `batched_chunk_terms`; `chunk_features` computes those per chunk);
     G [L, W]: window x gamma gates; d: the chunk's decays; C [L, W]: update coefficients and kern [L, W]: the
     query-window feature kernel, both only for the dual path (gd and momentum; C not under decay_first with the l2
     bias, whose two coefficient matrices `chunk._decay_first_chunk` forms), else None.
@@ -70,6 +72,15 @@ def chunk_terms(xc: OpInputs, state: MemoryState, params, cfg: MemoryConfig) -> 
     fk = None if exp else explicit_features(wk, params, cfg, allow_triton=True)
     fq = None if exp else explicit_features(xc.q, params, cfg, allow_triton=True)
     return _terms(xc, wk, wv, wg, fk, fq, state.halo_k.shape[2], params, cfg)
+
+
+def chunk_features(t: ChunkTerms, qc: torch.Tensor, params, cfg: MemoryConfig):
+    """(features of the window keys, of the chunk's queries): the terms' own, else computed here (polynomial
+    features, which `batched_chunk_terms` leaves to each chunk); (None, None) for exp features."""
+    if t.fk is not None or cfg.feature_map == "exp":
+        return t.fk, t.fq
+    feats = lambda x: explicit_features(x, params, cfg, allow_triton=True)  # noqa: E731
+    return feats(t.wk), feats(qc)
 
 
 def _terms(xc: OpInputs, wk, wv, wg, fk, fq, halo: int, params, cfg: MemoryConfig) -> ChunkTerms:
@@ -108,10 +119,9 @@ def batched_chunk_terms(x: OpInputs, state: MemoryState, params, cfg: MemoryConf
     wk = windows(state.halo_k, x.k, n, b)
     wv = windows(state.halo_v, x.v, n, b)
     wg = windows(state.halo_gamma, gamma_row, n, b)
-    feats = lambda t: explicit_features(t, params, cfg, allow_triton=True)  # noqa: E731
-    # each token's features once, then windowed: a window's halo features are its predecessors' tokens' features
-    fk = windows(feats(state.halo_k), feats(x.k), n, b)
-    fq = fold(feats(x.q), n, b)
+    # identity features are the keys and queries themselves; polynomial ones stay with each chunk's step
+    # (`chunk_features`): built for all chunks at once they ran 1.3-1.7x slower on a CPU (benchmarks/chunk_terms.md)
+    fk, fq = (wk, fold(x.q, n, b)) if cfg.feature_map == "identity" else (None, None)
     xf = OpInputs(**{name: fold(getattr(x, name), n, b) for name in OpInputs.__dataclass_fields__})
     terms = _terms(xf, wk, wv, wg, fk, fq, h, params, cfg)
     # chunk c as a [B, H, ...] batch; unbind, not indexing: the backward of t[c] would zero-fill a gradient of all n
