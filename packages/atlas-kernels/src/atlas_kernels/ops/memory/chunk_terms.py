@@ -6,7 +6,7 @@ then the chunk's tokens), the features of its keys and of the chunk's queries, t
 decays, the update coefficients C and the query-window kernel matrix. Only the halo comes from the state, and the
 halo is the previous c - 1 input tokens, so for the full chunks of one call all of these can be built up front: the
 chunks folded into the batch dimension, every window a slice of halo + sequence. Polynomial features stay with
-each chunk (built for every chunk at once, their products ran 1.3-1.7x slower on a CPU, out of cache; identity
+each chunk (built for every chunk at once, their products ran 1.2-1.7x slower on a CPU, out of cache; identity
 features are the inputs themselves). The per-chunk loop then runs only what depends on the chunk-start
 state (the memory's forward and gradients at W_0, the retrieval and the end state): at the 340M shape that moves
 about two fifths of the gd MLP memory's per-chunk operations out of the sequential part (benchmarks/op_counts.md).
@@ -120,7 +120,7 @@ def batched_chunk_terms(x: OpInputs, state: MemoryState, params, cfg: MemoryConf
     wv = windows(state.halo_v, x.v, n, b)
     wg = windows(state.halo_gamma, gamma_row, n, b)
     # identity features are the keys and queries themselves; polynomial ones stay with each chunk's step
-    # (`chunk_features`): built for all chunks at once they ran 1.3-1.7x slower on a CPU (benchmarks/chunk_terms.md)
+    # (`chunk_features`): built for all chunks at once they ran 1.2-1.7x slower on a CPU (benchmarks/chunk_terms.md)
     fk, fq = (wk, fold(x.q, n, b)) if cfg.feature_map == "identity" else (None, None)
     xf = OpInputs(**{name: fold(getattr(x, name), n, b) for name in OpInputs.__dataclass_fields__})
     terms = _terms(xf, wk, wv, wg, fk, fq, h, params, cfg)
