@@ -21,6 +21,7 @@ from atlas_kernels.testing import (
     leaf_inputs,
     random_loss_grads,
     result_errors,
+    rounded_run,
 )
 
 H, D = 2, 4
@@ -167,24 +168,13 @@ def test_a_halo_of_the_wrong_size_is_refused():
         chunk_terms.batched_chunk_terms(x, state, params, cfg)
 
 
-def _rounded_run(cfg, dtype, compute, batch_terms):
-    """Inputs drawn in float64 and rounded to `dtype`, then run in `compute` (the same values either way)."""
-    q, k, v, gates, params = leaf_inputs(cfg, 4, B=2, T=127, Dk=16, dtype=dtype, eta_scale=0.5)
-    leaves = {"q": q, "k": k, "v": v, **{f"gate.{n}": g for n, g in gates.items()}, **params}
-    leaves = {n: t.detach().to(compute).requires_grad_() for n, t in leaves.items()}
-    gates = {n[5:]: t for n, t in leaves.items() if n.startswith("gate.")}
-    params = {n: t for n, t in leaves.items() if n not in ("q", "k", "v") and not n.startswith("gate.")}
-    q, k, v = leaves["q"], leaves["k"], leaves["v"]
-    o, s = memory_chunk_torch(q, k, v, gates, params, cfg, checkpoint=False, batch_terms=batch_terms)
-    return random_loss_grads(o, s, leaves)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_low_precision_is_as_accurate_as_the_loop(dtype):
     """OmegaNet's memory over 8 chunks of 16 (T 127) in float32 and bf16 (computed in float32, returned in bf16): the
     batched terms' largest relative error against float64 on the same rounded inputs (outputs, state, every
     gradient) is within 1.5x the loop's."""
     cfg = MemoryConfig(memory="mlp", optimizer="gd", feature_map="poly", window=8, chunk_size=16)
-    ref = _rounded_run(cfg, dtype, torch.float64, False)
-    loop, batched = (max(result_errors(ref, _rounded_run(cfg, dtype, dtype, b)).values()) for b in (False, True))
+    run = lambda compute, b: rounded_run(cfg, 4, 127, 16, dtype, compute, checkpoint=False, batch_terms=b)  # noqa: E731
+    ref = run(torch.float64, False)
+    loop, batched = (max(result_errors(ref, run(dtype, b)).values()) for b in (False, True))
     assert 0 < batched <= 1.5 * loop, (batched, loop)

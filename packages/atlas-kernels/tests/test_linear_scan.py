@@ -17,6 +17,7 @@ from atlas_kernels.testing import (
     leaf_inputs,
     random_loss_grads,
     result_errors,
+    rounded_run,
 )
 
 H, D = 2, 4
@@ -163,17 +164,6 @@ def test_the_batched_path_traces_without_graph_break(cfg):
     torch.testing.assert_close(o, memory_chunk_torch(q, k, v, gates, params, cfg, batch_linear=True)[0])
 
 
-def _rounded_run(cfg, dtype, compute, batch_linear):
-    """Inputs drawn in float64 and rounded to `dtype`, then run in `compute` (the same values either way)."""
-    q, k, v, gates, params = leaf_inputs(cfg, 4, B=2, T=255, Dk=32, dtype=dtype, eta_scale=0.5)
-    leaves = {"q": q, "k": k, "v": v, **{f"gate.{n}": g for n, g in gates.items()}, **params}
-    leaves = {n: t.detach().to(compute).requires_grad_() for n, t in leaves.items()}
-    gates = {n[5:]: t for n, t in leaves.items() if n.startswith("gate.")}
-    params = {n: t for n, t in leaves.items() if n not in ("q", "k", "v") and not n.startswith("gate.")}
-    o, s = memory_chunk_torch(leaves["q"], leaves["k"], leaves["v"], gates, params, cfg, batch_linear=batch_linear)
-    return random_loss_grads(o, s, leaves)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize(
     "cfg",
@@ -187,6 +177,7 @@ def test_low_precision_is_as_accurate_as_the_loop(cfg, dtype):
     """16 chunks of 16 (T 255) in float32 and bf16 (computed in float32, returned in bf16): the batched path's
     largest relative error against float64 on the same rounded inputs (outputs, state, every gradient) is within
     1.5x the loop's."""
-    ref = _rounded_run(cfg, dtype, torch.float64, False)
-    loop, batched = (max(result_errors(ref, _rounded_run(cfg, dtype, dtype, b)).values()) for b in (False, True))
+    run = lambda compute, b: rounded_run(cfg, 4, 255, 32, dtype, compute, batch_linear=b)  # noqa: E731
+    ref = run(torch.float64, False)
+    loop, batched = (max(result_errors(ref, run(dtype, b)).values()) for b in (False, True))
     assert 0 < batched <= 1.5 * loop, (batched, loop)

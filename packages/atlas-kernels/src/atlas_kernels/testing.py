@@ -139,6 +139,21 @@ def random_loss_grads(o: torch.Tensor, state, inputs: dict[str, torch.Tensor], s
     return o.detach(), {n: t.detach() for n, t in final.items()}, dict(zip(inputs, grads))
 
 
+def rounded_run(cfg: MemoryConfig, H: int, T: int, Dk: int, dtype, compute, **op_kwargs):
+    """`random_loss_grads` of the torch chunk op (`op_kwargs` its options) on `leaf_inputs` (B 2, eta scale 0.5) drawn
+    in float64, rounded to `dtype`, then run in `compute`: the same values in either, so a low-precision run and a
+    float64 run of one input compare (relative-error ratios against another path's, tests of the batched paths)."""
+    from atlas_kernels.ops.memory.chunk import memory_chunk_torch
+
+    q, k, v, gates, params = leaf_inputs(cfg, H, B=2, T=T, Dk=Dk, dtype=dtype, eta_scale=0.5)
+    leaves = {"q": q, "k": k, "v": v, **{f"gate.{n}": g for n, g in gates.items()}, **params}
+    leaves = {n: t.detach().to(compute).requires_grad_() for n, t in leaves.items()}
+    gates = {n[5:]: t for n, t in leaves.items() if n.startswith("gate.")}
+    params = {n: t for n, t in leaves.items() if n not in ("q", "k", "v") and not n.startswith("gate.")}
+    o, s = memory_chunk_torch(leaves["q"], leaves["k"], leaves["v"], gates, params, cfg, **op_kwargs)
+    return random_loss_grads(o, s, leaves)
+
+
 def result_errors(ref, out) -> dict[str, float]:
     """`rel_err` (in float64) of "o", of every state tensor ("state.<name>") and of every input gradient
     ("grad.<name>") between two `random_loss_grads` results: the same state tensors, a gradient wherever `ref` has
