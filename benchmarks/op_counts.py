@@ -9,6 +9,8 @@ gates and the memory parameters) from a random output cotangent. The calls are r
 the per-chunk figures are the difference divided by 2, the steady state of a long sequence (what runs once per call,
 input validation, layout changes, the final concatenation, drops out, and so does the first chunk's backward
 being shorter: the zero initial momentum and halo take no gradient). The last column is the whole 4-chunk call.
+The op runs as its per-chunk loop with every chunk building its own terms (`LOOP`: `batch_linear=False`,
+`batch_terms=False`), the baseline that `linear_scan.py` and `chunk_terms.py` measure the batched paths against.
 
 Columns: "ops" every aten call; "kernels" the calls that are not views (on a GPU each launches at least one
 kernel); "GEMM" mm / bmm / addmm / baddbmm; "pointwise" the calls torch tags pointwise (what a fusing compiler
@@ -48,6 +50,9 @@ from atlas_kernels import MemoryConfig, init_memory_params  # noqa: E402
 from atlas_kernels.ops.memory.chunk import memory_chunk_torch  # noqa: E402
 from atlas_kernels.testing import random_inputs  # noqa: E402
 
+# the baseline is the per-chunk loop with every chunk building its own terms: the batched paths (linear_scan.md,
+# chunk_terms.md) are measured against it by their own scripts
+LOOP = {"batch_linear": False, "batch_terms": False}
 GEMM = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "dot", "mv"}
 # Calls that read a tensor's value on the host (a device synchronisation on a GPU).
 SYNC = {"_local_scalar_dense", "nonzero", "is_nonzero", "equal", "allclose"}
@@ -299,19 +304,19 @@ def main(argv=None) -> None:
     for lab, (names, cfg, H, d) in preset_memories(args.size, args.muon_batch).items():
         if args.only and not any(s in lab for s in args.only):
             continue
-        results[lab] = (names, cfg, per_chunk(cfg, H, d))
+        results[lab] = (names, cfg, per_chunk(cfg, H, d, **LOOP))
         print(lab, {k: _n(v) for k, v in results[lab][2]["fwd"].items()}, flush=True)
     body = table(results) + "\n\nThe most frequent kernels per chunk:\n\n" + top_ops(results) if results else ""
     if args.compiled:
         small = {}
         for lab, (names, cfg, _, _) in preset_memories(args.size, args.muon_batch).items():
             if any(s in lab for s in args.compiled):
-                small[lab] = (names, cfg, per_chunk(cfg, 2, 8))
+                small[lab] = (names, cfg, per_chunk(cfg, 2, 8, **LOOP))
         compiled = {lab: compiled_kernels(cfg, 2, 8) for lab, (_, cfg, _) in small.items()}
         baseline = None
         if args.muon_batch != "per_weight":
             baseline = {
-                lab: per_chunk(dataclasses.replace(cfg, muon_batch="per_weight"), 2, 8)
+                lab: per_chunk(dataclasses.replace(cfg, muon_batch="per_weight"), 2, 8, **LOOP)
                 for lab, (_, cfg, _) in small.items()
             }
         body += (
