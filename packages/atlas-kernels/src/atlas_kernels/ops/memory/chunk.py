@@ -113,10 +113,15 @@ def memory_chunk_torch(
         checkpoint = default_checkpoint(x, params, state, cfg)
     if batch_linear is None:
         batch_linear = batch_by_default(cfg)
-    if batch_linear and not checkpoint and not compiled and cfg.chunk_size <= T and batched_linear(cfg, Dk):
+    batchable = not checkpoint and not compiled and cfg.chunk_size <= T  # eager, at least one full chunk
+    if batch_linear and batchable and batched_linear(cfg, Dk):
         outputs, state, chunk_start = _run_linear(x, state, params, cfg)
-    elif batch_terms and not checkpoint and not compiled and cfg.chunk_size <= T and batched_terms_apply(cfg):
-        outputs, state, chunk_start = _run_batched_terms(x, state, params, cfg)
+    elif batch_terms and batchable and batched_terms_apply(cfg):
+        full = T - T % cfg.chunk_size  # a short last chunk builds its own terms
+        x_full = OpInputs(**{name: getattr(x, name)[:, :, :full] for name in OpInputs.__dataclass_fields__})
+        terms = batched_chunk_terms(x_full, state, params, cfg)
+        chunks = _split_chunks(x, cfg.chunk_size)
+        outputs, state, chunk_start = _run_chunks(chunks, state, params, cfg, False, low_memory=False, terms=terms)
     else:
         chunks = _split_chunks(x, cfg.chunk_size)
         group = cfg.checkpoint_group if checkpoint and torch.is_grad_enabled() else 1
@@ -142,37 +147,22 @@ def _run_chunks(
     checkpoint: bool,
     low_memory: bool,
     compiled: bool | str = False,
+    terms: list | None = None,
 ):
     """The chunks in order from `state`: (their outputs, the state after the last, the state before the last).
     `checkpoint`: each chunk under its own checkpoint; `low_memory`: passed on to `_chunk_step`; `compiled`: full
-    chunks through `compiled_chunk_step` (see `memory_chunk_torch`)."""
-    outputs, chunk_start = [], state
-    for xc in chunks:
-        chunk_start = state
-        full = xc.k.shape[2] == cfg.chunk_size
-        step = compiled_chunk_step(compiled, xc.k.device.type) if compiled and full else _chunk_step
-        if checkpoint:  # non-reentrant, no RNG inside a chunk (no RNG state to preserve)
-            y, state = torch.utils.checkpoint.checkpoint(
-                step, xc, state, params, cfg, low_memory, use_reentrant=False, preserve_rng_state=False
-            )
-        else:
-            y, state = step(xc, state, params, cfg, low_memory)
-        outputs.append(y)
-    return outputs, state, chunk_start
-
-
-def _run_batched_terms(x: OpInputs, state: MemoryState, params, cfg: MemoryConfig):
-    """`_run_chunks` (no checkpoint, eager) with the full chunks' terms built as one batch beforehand
-    (`chunk_terms.batched_chunk_terms`); a short last chunk builds its own."""
-    chunks = _split_chunks(x, cfg.chunk_size)
-    n_full = x.k.shape[2] // cfg.chunk_size
-    end = n_full * cfg.chunk_size
-    full = OpInputs(**{name: getattr(x, name)[:, :, :end] for name in OpInputs.__dataclass_fields__})
-    terms = batched_chunk_terms(full, state, params, cfg)
+    chunks through `compiled_chunk_step` (see `memory_chunk_torch`); `terms`: the first chunks' `ChunkTerms` built
+    beforehand (`chunk_terms.batched_chunk_terms`), the later ones build their own."""
     outputs, chunk_start = [], state
     for i, xc in enumerate(chunks):
         chunk_start = state
-        y, state = _chunk_step(xc, state, params, cfg, False, terms[i] if i < n_full else None)
+        full = xc.k.shape[2] == cfg.chunk_size
+        step = compiled_chunk_step(compiled, xc.k.device.type) if compiled and full else _chunk_step
+        args = (xc, state, params, cfg, low_memory) + ((terms[i],) if terms is not None and i < len(terms) else ())
+        if checkpoint:  # non-reentrant, no RNG inside a chunk (no RNG state to preserve)
+            y, state = torch.utils.checkpoint.checkpoint(step, *args, use_reentrant=False, preserve_rng_state=False)
+        else:
+            y, state = step(*args)
         outputs.append(y)
     return outputs, state, chunk_start
 

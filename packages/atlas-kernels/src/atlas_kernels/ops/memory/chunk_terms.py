@@ -121,8 +121,8 @@ def batched_chunk_terms(x: OpInputs, state: MemoryState, params, cfg: MemoryConf
     wg = windows(state.halo_gamma, gamma_row, n, b)
     # identity features are the keys and queries themselves; polynomial ones stay with each chunk's step
     # (`chunk_features`): built for all chunks at once they ran 1.2-1.7x slower on a CPU (benchmarks/chunk_terms.md)
-    fk, fq = (wk, fold(x.q, n, b)) if cfg.feature_map == "identity" else (None, None)
     xf = OpInputs(**{name: fold(getattr(x, name), n, b) for name in OpInputs.__dataclass_fields__})
+    fk, fq = (wk, xf.q) if cfg.feature_map == "identity" else (None, None)
     terms = _terms(xf, wk, wv, wg, fk, fq, h, params, cfg)
     # chunk c as a [B, H, ...] batch; unbind, not indexing: the backward of t[c] would zero-fill a gradient of all n
     # chunks once per chunk (O(n^2)), unbind's stacks the chunks' gradients once
